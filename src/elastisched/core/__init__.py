@@ -1,0 +1,53 @@
+"""Frozen types, events, clocks and errors. No I/O, no dependency on anything else in elastisched."""
+
+from elastisched.core.clock import Clock, SimClock, WallClock
+from elastisched.core.errors import (
+    ConfigError,
+    ElastischedError,
+    InvariantViolation,
+    UnknownPolicyError,
+    WorkloadError,
+)
+from elastisched.core.events import Action, ActionKind, Event, Hints, JobFailed, JobFinished, JobSubmitted
+from elastisched.core.types import (
+    NO_ALLOCATION,
+    Allocation,
+    ClusterSnapshot,
+    Decision,
+    JobId,
+    JobPhase,
+    JobSpec,
+    JobView,
+    NodeId,
+    NodeView,
+    Pool,
+)
+
+__all__ = [
+    "NO_ALLOCATION",
+    "Action",
+    "ActionKind",
+    "Allocation",
+    "Clock",
+    "ClusterSnapshot",
+    "ConfigError",
+    "Decision",
+    "ElastischedError",
+    "Event",
+    "Hints",
+    "InvariantViolation",
+    "JobFailed",
+    "JobFinished",
+    "JobId",
+    "JobPhase",
+    "JobSpec",
+    "JobSubmitted",
+    "JobView",
+    "NodeId",
+    "NodeView",
+    "Pool",
+    "SimClock",
+    "UnknownPolicyError",
+    "WallClock",
+    "WorkloadError",
+]

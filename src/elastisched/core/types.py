@@ -1,0 +1,201 @@
+"""Frozen value types shared by every policy, the engine, the simulator and the live service.
+
+Policies see the cluster only through these objects (DESIGN.md "Interfaces"): a `ClusterSnapshot` goes in,
+a `Decision` comes out. Everything is immutable so that a policy cannot mutate engine state by accident and
+so that the same snapshot can be replayed for debugging or determinism checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+JobId = str
+NodeId = str
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _empty() -> Mapping[Any, Any]:
+    return _EMPTY
+
+
+class Pool(StrEnum):
+    """Which cluster a node belongs to: the training cluster, or an inference server on loan (Lyra)."""
+
+    TRAIN = "train"
+    LOANABLE = "loanable"
+
+
+class JobPhase(StrEnum):
+    """Life cycle (AdaptDL phases plus Slurm's RESIZING)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"  # paying the restart cost after a launch / resize; no progress
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a user asked for. Immutable for the job's life.
+
+    `num_gpus` and `batch_size` are the request as written in the trace. `min_gpus..max_gpus` bound what an
+    elastic policy may give; an inelastic job has `min_gpus == max_gpus == num_gpus`. `work_scale` multiplies
+    the application's total work (1.0 = the application's full training run, e.g. cifar10's 100 epochs);
+    trace-derived jobs set it so that the job takes its traced duration at its requested size.
+    `attrs` carries format-specific fields (ONES: lr, max_lr, patience, target_acc, ...).
+    """
+
+    job_id: JobId
+    submit_time: float
+    application: str
+    num_gpus: int
+    batch_size: int
+    min_gpus: int = 1
+    max_gpus: int | None = None
+    elastic: bool = False
+    gpu_types: tuple[str, ...] = ()
+    work_scale: float = 1.0
+    duration: float | None = None
+    category: str | None = None
+    attrs: Mapping[str, Any] = field(default_factory=_empty, compare=False)
+
+    @property
+    def gpu_cap(self) -> int:
+        """Most GPUs the job may ever hold."""
+        return self.max_gpus if self.max_gpus is not None else self.num_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Desired state of one job.
+
+    Either `placement` is given (node → GPUs), or it is left open and `num_gpus` (optionally restricted to
+    `gpu_type`) tells the placer how many GPUs to find. `batch_size` None = the job's own batch size.
+    """
+
+    placement: tuple[tuple[NodeId, int], ...] = ()
+    num_gpus: int = 0
+    gpu_type: str | None = None
+    batch_size: int | None = None
+    local_batch: int | None = None
+    accumulation: Mapping[NodeId, int] | None = None
+
+    @property
+    def gpus(self) -> int:
+        return sum(g for _, g in self.placement) if self.placement else self.num_gpus
+
+    @property
+    def is_open(self) -> bool:
+        """True when the placer still has to choose nodes."""
+        return not self.placement and self.num_gpus > 0
+
+    @property
+    def nodes(self) -> tuple[NodeId, ...]:
+        return tuple(n for n, _ in self.placement)
+
+
+NO_ALLOCATION = Allocation()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node_id: NodeId
+    gpu_type: str
+    num_gpus: int
+    pool: Pool = Pool.TRAIN
+    index: int = 0  # stable order of the node in the cluster; the placer breaks ties by it
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job as the engine sees it now. Engine-owned statistics live here, not in policies.
+
+    `progress` and `total_work` are in reference-batch steps (Pollux `progress` units); `epoch` counts
+    finished epochs. `observed_throughput` maps a GPU count to the samples/s measured while the job ran at
+    that size (what an online policy such as ONES may learn from without seeing the model).
+    """
+
+    spec: JobSpec
+    phase: JobPhase
+    allocation: Allocation
+    progress: float = 0.0
+    total_work: float = 1.0
+    epoch: int = 0
+    attained_service: float = 0.0  # GPU-seconds held up to `updated_at` (restarts included)
+    run_time: float = 0.0  # wall seconds with GPUs held, up to `updated_at`
+    updated_at: float = 0.0
+    start_time: float | None = None
+    last_resize_time: float | None = None
+    num_restarts: int = 0
+    batch_size: int = 0  # current global batch (0 when not running)
+    observed_throughput: Mapping[int, float] = field(default_factory=_empty, compare=False)
+
+    @property
+    def job_id(self) -> JobId:
+        return self.spec.job_id
+
+    @property
+    def gpus(self) -> int:
+        return self.allocation.gpus
+
+    @property
+    def is_running(self) -> bool:
+        return self.allocation.gpus > 0
+
+    def attained(self, now: float) -> float:
+        """GPU-seconds held up to `now` (views of running jobs are refreshed lazily)."""
+        return self.attained_service + max(0.0, now - self.updated_at) * self.allocation.gpus
+
+    @property
+    def remaining_fraction(self) -> float:
+        return max(0.0, 1.0 - self.progress / self.total_work) if self.total_work > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything a policy may look at in one round.
+
+    `jobs` is a fresh mapping each round (never mutated after the policy gets it).
+    `reclaim_demand` is the number of loanable (inference) servers that must be returned now (Lyra); the
+    policy answers with `Decision.reclaim`.
+    """
+
+    now: float
+    nodes: tuple[NodeView, ...]
+    jobs: Mapping[JobId, JobView]  # every active (submitted, unfinished) job, in submission order
+    reclaim_demand: int = 0
+
+    def job(self, job_id: JobId) -> JobView:
+        return self.jobs[job_id]
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.num_gpus for n in self.nodes)
+
+    def capacity_by_type(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.gpu_type] = out.get(n.gpu_type, 0) + n.num_gpus
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy wants. `allocations` covers every job it runs; an absent job gets 0 GPUs.
+
+    The order of `allocations` matters: the placer fills open placements in that order.
+    `next_round_at` is a hint: the policy promises its decision does not change before that time unless an
+    event (arrival, completion, node change) happens, which lets the simulator skip idle rounds.
+    """
+
+    allocations: Mapping[JobId, Allocation]
+    reasons: Mapping[JobId, str] = field(default_factory=_empty)
+    reclaim: tuple[NodeId, ...] = ()
+    next_round_at: float | None = None

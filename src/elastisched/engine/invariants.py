@@ -1,0 +1,48 @@
+"""Checks every placed decision before anything acts on it: a buggy policy fails loudly, not silently."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from elastisched.core.errors import InvariantViolation
+from elastisched.core.types import Allocation, ClusterSnapshot, JobId
+from elastisched.engine.placer import node_index
+
+
+def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bool) -> None:
+    """Capacity per node, known active jobs, GPU bounds of each job, allowed GPU types.
+
+    A non-elastic policy must give a job exactly its requested GPUs or none. An elastic policy may resize
+    any job (Optimus and Pollux treat every job as malleable); for a job the workload marks elastic it must
+    stay within `min_gpus..max_gpus`.
+    """
+    idx = node_index(snap.nodes)
+    used = idx.capacity * 0
+    for jid, a in allocs.items():
+        job = snap.jobs.get(jid)
+        if job is None:
+            raise InvariantViolation(f"decision allocates unknown or finished job {jid!r}")
+        spec = job.spec
+        g = a.gpus
+        if a.is_open:
+            raise InvariantViolation(f"job {jid}: placement left open after placing")
+        if elastic:
+            if spec.elastic and not spec.min_gpus <= g <= spec.gpu_cap:
+                raise InvariantViolation(f"job {jid}: {g} GPUs outside its bounds {spec.min_gpus}..{spec.gpu_cap}")
+        elif g != spec.num_gpus:
+            raise InvariantViolation(f"job {jid}: {g} GPUs but a non-elastic policy must give {spec.num_gpus}")
+        for n, k in a.placement:
+            if k <= 0:
+                raise InvariantViolation(f"job {jid}: non-positive GPU count {k} on node {n}")
+            i = idx.pos.get(n)
+            if i is None:
+                raise InvariantViolation(f"job {jid}: unknown node {n!r}")
+            if spec.gpu_types and snap.nodes[i].gpu_type not in spec.gpu_types:
+                raise InvariantViolation(f"job {jid}: node {n} has GPU type {snap.nodes[i].gpu_type}, "
+                                         f"job allows {spec.gpu_types}")
+            used[i] += k
+    over = used > idx.capacity
+    if over.any():
+        i = int(over.argmax())
+        raise InvariantViolation(f"node {snap.nodes[i].node_id}: {int(used[i])} GPUs allocated, "
+                                 f"capacity {int(idx.capacity[i])}")

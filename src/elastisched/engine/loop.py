@@ -1,0 +1,63 @@
+"""The one engine loop shared by the simulator and the live service (DESIGN.md "One brain, two bodies").
+
+    snapshot → policy.schedule → placer fills open placements → invariants.check → diff → actions
+
+The engine owns no clock and performs no side effects: the caller (simulated or real backend) builds the
+snapshot from its own state and applies the returned actions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from elastisched.core.events import Action, ActionKind
+from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId
+from elastisched.engine.invariants import check
+from elastisched.engine.placer import place
+from elastisched.policies.base import Policy, PolicyContext
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    decision: Decision
+    allocations: Mapping[JobId, Allocation]  # placed; absent = not running
+    actions: tuple[Action, ...]
+    latency_s: float  # time spent inside policy.schedule
+
+
+def same_allocation(a: Allocation, b: Allocation) -> bool:
+    return (sorted(a.placement) == sorted(b.placement) and a.batch_size == b.batch_size
+            and a.local_batch == b.local_batch and a.accumulation == b.accumulation)
+
+
+def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation]) -> tuple[Action, ...]:
+    """Actions that turn the current allocations of `snap` into `allocs`."""
+    actions: list[Action] = []
+    for jid, a in allocs.items():
+        cur = snap.jobs[jid].allocation
+        if not cur.placement:
+            actions.append(Action(ActionKind.LAUNCH, jid, a, cur))
+        elif not same_allocation(cur, a):
+            actions.append(Action(ActionKind.RESIZE, jid, a, cur))
+    for jid, job in snap.jobs.items():
+        if job.allocation.placement and jid not in allocs:
+            actions.append(Action(ActionKind.SUSPEND, jid, NO_ALLOCATION, job.allocation))
+    return tuple(actions)
+
+
+class Engine:
+    def __init__(self, policy: Policy, ctx: PolicyContext, check_invariants: bool = True) -> None:
+        self.policy = policy
+        self.ctx = ctx
+        self.check_invariants = check_invariants
+
+    def round(self, snap: ClusterSnapshot) -> RoundResult:
+        t0 = time.perf_counter()
+        decision = self.policy.schedule(snap, self.ctx)
+        latency = time.perf_counter() - t0
+        placed = place(decision.allocations, snap)
+        if self.check_invariants:
+            check(placed, snap, self.policy.elastic)
+        return RoundResult(decision, placed, diff(snap, placed), latency)

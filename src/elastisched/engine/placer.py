@@ -1,0 +1,96 @@
+"""Default placer: fills the placements a policy left open.
+
+Rules (the Pollux artifact's, `simulator/tiresias.py` and `optimus.py`, which our fidelity depends on):
+1. explicit placements are kept as given;
+2. an open allocation whose GPU count (and type) equals the job's current one keeps its current nodes —
+   a running job is never moved just because the policy did not repeat its placement (no needless restart);
+3. the remaining open allocations are placed in the order of `Decision.allocations`, each by repeatedly
+   taking the node with the most free GPUs (ties: lowest node index) — packing a job on as few nodes as
+   possible — restricted to the job's allowed GPU types.
+Free GPUs are tracked in a numpy array so one round costs O(jobs placed × nodes) in C, not in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from elastisched.core.errors import InvariantViolation
+from elastisched.core.types import Allocation, ClusterSnapshot, JobId, NodeView
+
+
+class NodeIndex:
+    """Arrays over one node set, cached by the identity of the nodes tuple."""
+
+    def __init__(self, nodes: tuple[NodeView, ...]) -> None:
+        self.nodes = nodes
+        self.pos = {n.node_id: i for i, n in enumerate(nodes)}
+        self.capacity = np.array([n.num_gpus for n in nodes], dtype=np.int64)
+        self.types = np.array([n.gpu_type for n in nodes])
+        self.type_masks: dict[tuple[str, ...], np.ndarray] = {}
+
+    def mask(self, types: tuple[str, ...]) -> np.ndarray | None:
+        if not types:
+            return None
+        m = self.type_masks.get(types)
+        if m is None:
+            m = self.type_masks[types] = np.isin(self.types, list(types))
+        return m
+
+
+_CACHE: dict[int, NodeIndex] = {}
+
+
+def node_index(nodes: tuple[NodeView, ...]) -> NodeIndex:
+    idx = _CACHE.get(id(nodes))
+    if idx is None or idx.nodes is not nodes:
+        if len(_CACHE) > 64:
+            _CACHE.clear()
+        idx = _CACHE[id(nodes)] = NodeIndex(nodes)
+    return idx
+
+
+def place(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot) -> dict[JobId, Allocation]:
+    """Return `allocs` with every open placement filled; jobs with 0 GPUs are dropped."""
+    idx = node_index(snap.nodes)
+    free = idx.capacity.copy()
+    out: dict[JobId, Allocation] = {}
+    todo: list[tuple[JobId, Allocation]] = []
+    for jid, a in allocs.items():
+        if a.gpus <= 0:
+            continue
+        if a.is_open:
+            job = snap.jobs.get(jid)
+            cur = job.allocation if job is not None else None
+            if (cur is not None and cur.placement and cur.gpus == a.num_gpus
+                    and all(n in idx.pos for n in cur.nodes)
+                    and (a.gpu_type is None or all(idx.types[idx.pos[n]] == a.gpu_type for n in cur.nodes))):
+                a = Allocation(cur.placement, 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)
+            else:
+                todo.append((jid, a))
+                continue
+        for n, g in a.placement:
+            if n not in idx.pos:
+                raise InvariantViolation(f"job {jid}: placement names unknown node {n!r}")
+            free[idx.pos[n]] -= g
+        out[jid] = a
+    for jid, a in todo:
+        job = snap.jobs.get(jid)
+        types = (a.gpu_type,) if a.gpu_type else (job.spec.gpu_types if job is not None else ())
+        m = idx.mask(types)
+        avail = free.copy() if m is None else np.where(m, free, 0)
+        need = a.num_gpus
+        if int(avail.clip(min=0).sum()) < need:
+            raise InvariantViolation(f"job {jid}: asks {need} GPUs of types {types or 'any'}, "
+                                     f"only {int(avail.clip(min=0).sum())} free")
+        placement: list[tuple[str, int]] = []
+        while need > 0:
+            i = int(np.argmax(avail))  # first maximum = lowest index among the most free
+            take = int(min(avail[i], need))
+            placement.append((snap.nodes[i].node_id, take))
+            avail[i] -= take
+            free[i] -= take
+            need -= take
+        out[jid] = Allocation(tuple(placement), 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)
+    return out

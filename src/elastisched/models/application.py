@@ -1,0 +1,118 @@
+"""One training application (model + data set) with measured throughput and convergence.
+
+Work is counted in reference-batch steps (the `progress` column of the Pollux validation files): epoch e
+ends when progress reaches `epoch_end[e]` = min over profiled batch sizes of that file's progress after e
+epochs (artifact `get_progress`). A job of `work_scale` k must make k · epoch_end[max_epochs] progress.
+
+Batch configuration for a fixed global batch B on R replicas follows the artifact's
+`Job.update_local_bsz`: local = ⌈B/R⌉, accumulation a = ⌈local / max_local⌉ − 1 (at least 1 on a single
+replica when B exceeds the initial batch, because the gradient statistics need two micro-batches),
+micro-batch = ⌈local / (a+1)⌉, capped so the global batch stays ≤ the largest profiled batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from elastisched.models.efficiency import EfficiencyModel
+from elastisched.models.profiles import AppProfile
+from elastisched.models.throughput import ThroughputModel
+
+#: Training length of each Pollux application (artifact `simulator/applications.py::APPLICATIONS`).
+POLLUX_EPOCHS: dict[str, int] = {"bert": 2, "cifar10": 100, "ncf": 10, "imagenet": 90, "deepspeech2": 80,
+                                 "yolov3": 50}
+#: Per-app overrides of the largest micro-batch (artifact: yolov3 max_local_bsz=8, GPU memory).
+MAX_LOCAL_BSZ: dict[str, int] = {"yolov3": 8}
+DEFAULT_RESTART_COST = 30.0  # seconds; artifact `Job.reallocate` rescale_time
+
+
+@dataclass(frozen=True, slots=True)
+class BatchConfig:
+    micro_batch: int  # per-replica batch of one forward/backward pass
+    accumulation: int  # extra accumulation steps (0 = none), artifact `accum_steps`
+    num_replicas: int
+
+    @property
+    def global_batch(self) -> int:
+        return self.num_replicas * self.micro_batch * (self.accumulation + 1)
+
+
+@dataclass
+class Application:
+    profile: AppProfile
+    max_epochs: int
+    restart_cost: float = DEFAULT_RESTART_COST
+    max_local_bsz_override: int | None = None
+    _models: dict[str, ThroughputModel] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        v = self.profile.validation
+        self.max_epochs = min(self.max_epochs, min(len(df) for df in v.values()))
+        self.efficiency = EfficiencyModel(v, self.max_epochs)
+        self.init_batch_size = min(v)
+        self.max_batch_size = max(v)
+        prog = np.stack([df["progress"].to_numpy(float)[: self.max_epochs] for df in v.values()])
+        self.epoch_end = np.concatenate([[0.0], prog.min(axis=0)])  # epoch_end[e] = progress after e epochs
+        its = np.stack([df["iteration"].to_numpy(float)[: self.max_epochs] for df in v.values()])
+        self._iterations = its
+        any_tp = next(iter(self.profile.throughput.values())).placements
+        self.min_local_bsz = int(any_tp["local_bsz"].min())
+        self.max_local_bsz = self.max_local_bsz_override or int(any_tp["local_bsz"].max())
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(self.profile.throughput)
+
+    @property
+    def total_work(self) -> float:
+        return float(self.epoch_end[-1])
+
+    def model(self, gpu_type: str) -> ThroughputModel:
+        m = self._models.get(gpu_type)
+        if m is None:
+            if gpu_type not in self.profile.throughput:
+                raise KeyError(f"application {self.name!r} has no profile for GPU type {gpu_type!r}; "
+                               f"profiled: {', '.join(self.profile.throughput)}")
+            m = self._models[gpu_type] = ThroughputModel(self.profile.throughput[gpu_type])
+        return m
+
+    def batch_config(self, num_replicas: int, batch_size: int) -> BatchConfig:
+        """Fixed-global-batch configuration (artifact `update_local_bsz` with a target batch)."""
+        local = math.ceil(batch_size / num_replicas - 1e-8)
+        accum = math.ceil(local / self.max_local_bsz - 1e-8) - 1
+        if num_replicas == 1 and batch_size > self.init_batch_size:
+            accum = max(1, accum)
+        micro = math.ceil(local / (accum + 1) - 1e-8)
+        micro = max(1, min(micro, int(self.max_batch_size / (num_replicas * (accum + 1)))))
+        return BatchConfig(micro, accum, num_replicas)
+
+    def iteration_time(self, gpu_type: str, placement: tuple[int, ...], cfg: BatchConfig) -> float:
+        """Seconds per optimizer step: one synchronised step plus `accumulation` local passes."""
+        step, sync = self.model(gpu_type).step_sync(tuple(placement), float(cfg.micro_batch))
+        return step + (step - sync) * cfg.accumulation
+
+    def throughput(self, gpu_type: str, placement: tuple[int, ...], cfg: BatchConfig) -> float:
+        """Samples per second."""
+        return cfg.global_batch / self.iteration_time(gpu_type, placement, cfg)
+
+    def goodput(self, gpu_type: str, placement: tuple[int, ...], cfg: BatchConfig, epoch: int) -> float:
+        """Reference steps of progress per second."""
+        return self.efficiency.gain(cfg.global_batch, epoch) / self.iteration_time(gpu_type, placement, cfg)
+
+    def iterations(self, batch_size: float, epoch: int) -> float:
+        """Optimizer steps done after `epoch` epochs at this batch (artifact `get_iteration`)."""
+        e = min(max(epoch, 0), self.max_epochs - 1)
+        batches = np.array(list(self.profile.validation), dtype=float)
+        return float(np.interp(batch_size, batches, self._iterations[:, e]))
+
+    def epoch_at(self, progress: float, work_scale: float = 1.0) -> int:
+        """Finished epochs at this progress."""
+        e = int(np.searchsorted(self.epoch_end * work_scale, progress, side="right")) - 1
+        return min(max(e, 0), self.max_epochs)

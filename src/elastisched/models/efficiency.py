@@ -1,0 +1,51 @@
+"""Statistical efficiency from measured gradient statistics (Pollux OSDI'21 §3.1).
+
+The validation files record, per epoch, `grad_sqr` (|g|², the squared norm of the true gradient) and
+`grad_var` (the per-sample gradient variance trace, scaled to the file's reference batch size M₀ = the
+smallest profiled batch). With scale s = M / M₀ the progress made by one step of batch M, in reference
+steps, is
+
+    gain(M) = (var + sqr) / (var / s + sqr)         ∈ [1, s]
+
+i.e. efficiency E(M) = gain / s = (φ + M₀) / (φ + M) with gradient noise scale φ = M₀·var/sqr. A larger batch
+therefore needs more samples for the same progress — exactly the Pollux artifact's `Job.step` rule.
+Statistics at batch sizes between profiled ones are interpolated linearly (as the artifact does); outside
+they are clamped to the nearest profiled batch (the artifact asserts instead).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+class EfficiencyModel:
+    def __init__(self, validation: dict[int, pd.DataFrame], max_epochs: int) -> None:
+        self.batches = np.array(sorted(validation), dtype=float)
+        n = max_epochs
+        self._sqr = np.stack([validation[b]["grad_sqr"].to_numpy(float)[:n] for b in sorted(validation)])
+        self._var = np.stack([validation[b]["grad_var"].to_numpy(float)[:n] for b in sorted(validation)])
+        self.init_batch = int(self.batches[0])
+
+    def _interp(self, table: np.ndarray, batch: float, epoch: int) -> float:
+        e = min(max(epoch, 0), table.shape[1] - 1)
+        return float(np.interp(batch, self.batches, table[:, e]))
+
+    def grad_stats(self, batch: float, epoch: int) -> tuple[float, float]:
+        """(grad_sqr, grad_var) during `epoch` at global batch `batch`."""
+        return self._interp(self._sqr, batch, epoch), self._interp(self._var, batch, epoch)
+
+    def gain(self, batch: float, epoch: int) -> float:
+        """Reference steps of progress per step at this batch (Pollux `gain`)."""
+        sqr, var = self.grad_stats(batch, epoch)
+        scale = batch / self.init_batch
+        denom = var / scale + sqr
+        return (var + sqr) / denom if denom > 0 else 1.0
+
+    def efficiency(self, batch: float, epoch: int) -> float:
+        return self.gain(batch, epoch) / (batch / self.init_batch)
+
+    def noise_scale(self, batch: float, epoch: int) -> float:
+        """Gradient noise scale φ in samples."""
+        sqr, var = self.grad_stats(batch, epoch)
+        return self.init_batch * var / sqr if sqr > 0 else float("inf")

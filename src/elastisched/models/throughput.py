@@ -1,0 +1,125 @@
+"""Step time of one application on one GPU type, from measured profiles.
+
+Inside the measured range we interpolate exactly as the Pollux artifact does
+(`simulator/applications.py::get_throughput`): a placement that was measured is interpolated linearly in the
+local batch; an unmeasured placement is interpolated in (num_nodes, num_replicas, local_bsz) over the
+per-shape means of the placement traces plus the scalability traces (nodes capped at 16). Outside the
+measured range (the artifact asserts) we use the Pollux performance model fitted to the same data:
+
+    T_compute = α_c + β_c · b,   T_net = α_{n|r} + β_{n|r} · max(R − 2, 0),
+    T_step    = (T_compute^γ + T_net^γ)^(1/γ)                                   (Pollux OSDI'21 §3.2)
+
+fitted by least squares on log times (`fit_pollux`). Results are memoised per (placement, local batch):
+simulations ask the same few shapes millions of times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy.interpolate import LinearNDInterpolator
+from scipy.optimize import minimize
+
+from elastisched.models.profiles import ThroughputProfile
+
+
+@dataclass(frozen=True, slots=True)
+class PolluxParams:
+    alpha_c: float
+    beta_c: float
+    alpha_n: float
+    beta_n: float
+    alpha_r: float
+    beta_r: float
+    gamma: float
+
+    def compute_time(self, local_bsz: float) -> float:
+        return self.alpha_c + self.beta_c * local_bsz
+
+    def network_time(self, num_nodes: int, num_replicas: int) -> float:
+        if num_replicas <= 1:
+            return 0.0
+        retro = max(num_replicas - 2, 0)
+        if num_nodes > 1:
+            return self.alpha_n + self.beta_n * retro
+        return self.alpha_r + self.beta_r * retro
+
+    def step_sync(self, num_nodes: int, num_replicas: int, local_bsz: float) -> tuple[float, float]:
+        c = self.compute_time(local_bsz)
+        n = self.network_time(num_nodes, num_replicas)
+        step = (c**self.gamma + n**self.gamma) ** (1.0 / self.gamma) if n > 0 else c
+        return step, step - c
+
+
+def _model_log_step(p: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray) -> np.ndarray:
+    ac, bc, an, bn, ar, br, g = p
+    c = ac + bc * bsz
+    retro = np.maximum(reps - 2, 0)
+    n = np.where(nodes > 1, an + bn * retro, ar + br * retro)
+    n = np.where(reps > 1, n, 1e-8)
+    return np.log(c**g + n**g) / g
+
+
+def fit_pollux(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, step: np.ndarray,
+               sync: np.ndarray) -> PolluxParams:
+    """Fit the Pollux step-time model: RMS log error on compute and step time, as in Pollux's goodput.py."""
+    compute = np.maximum(step - sync, 1e-6)
+
+    def loss(p: np.ndarray) -> float:
+        c = p[0] + p[1] * bsz
+        e1 = np.sqrt(np.mean((np.log(c) - np.log(compute)) ** 2))
+        e2 = np.sqrt(np.mean((_model_log_step(p, nodes, reps, bsz) - np.log(step)) ** 2))
+        reg = 1e-3 * (p[6] - 1) ** 2 + 1e-2 * ((p[3] / p[2]) ** 2 + (p[5] / p[4]) ** 2)
+        return float(e1 + e2 + reg)
+
+    x0 = np.array([1e-1, 1e-2, 1e-1, 1e-2, 1e-1, 1e-2, 1.0 + 1e-3])
+    bounds = [(1e-8, None)] * 6 + [(1.0, 10.0)]
+    res = minimize(loss, x0, method="L-BFGS-B", bounds=bounds)
+    return PolluxParams(*map(float, res.x))
+
+
+def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
+    """Drop empty nodes and rotate to the lexicographically smallest rotation (the artifact's key)."""
+    p = tuple(x for x in placement if x)
+    if not p:
+        return p
+    return min(p[i:] + p[:i] for i in range(len(p)))
+
+
+class ThroughputModel:
+    """(placement, local batch) → (step_time, sync_time) seconds for one app on one GPU type."""
+
+    def __init__(self, profile: ThroughputProfile, max_nodes_interp: int = 16) -> None:
+        pl = profile.placements
+        self._by_placement: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for key, df in pl.groupby("placement"):
+            df = df.sort_values("local_bsz")
+            self._by_placement[str(key)] = (
+                df["local_bsz"].to_numpy(float), df[["step_time", "sync_time"]].to_numpy(float))
+        xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
+        means = pl.groupby(xs)[ys].mean().reset_index()
+        pts = np.vstack([means[xs].to_numpy(float), profile.scalability[xs].to_numpy(float)])
+        vals = np.vstack([means[ys].to_numpy(float), profile.scalability[ys].to_numpy(float)])
+        self._interp = LinearNDInterpolator(pts, vals)
+        self._max_nodes = max_nodes_interp
+        self.min_local_bsz = int(pl["local_bsz"].min())
+        self.max_local_bsz = int(pl["local_bsz"].max())
+        self.params = fit_pollux(pts[:, 0], pts[:, 1], pts[:, 2], vals[:, 0], vals[:, 1])
+        self.step_sync = lru_cache(maxsize=65536)(self._step_sync)
+
+    def _step_sync(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
+        p = canonical_placement(placement)
+        if not p:
+            raise ValueError("empty placement")
+        key = "".join(map(str, p)) if all(x < 10 for x in p) else None
+        if key is not None and key in self._by_placement:
+            bs, ts = self._by_placement[key]
+            if bs[0] <= local_bsz <= bs[-1]:
+                return float(np.interp(local_bsz, bs, ts[:, 0])), float(np.interp(local_bsz, bs, ts[:, 1]))
+        nodes, reps = min(len(p), self._max_nodes), sum(p)
+        out = self._interp([nodes, reps, local_bsz])[0]
+        if np.all(np.isfinite(out)):
+            return float(out[0]), float(out[1])
+        return self.params.step_sync(len(p), reps, local_bsz)

@@ -1,0 +1,97 @@
+"""The Policy protocol and its registry (DESIGN.md "Interfaces").
+
+A policy is a pure function of (snapshot, ctx, its own explicit state). It never performs I/O, never looks at
+the clock, and never knows whether the simulator or the live service drives it. State that must survive a
+service restart (Tiresias queues, ONES population) goes through `state_dict` / `load_state_dict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from elastisched.core.errors import UnknownPolicyError
+from elastisched.core.types import ClusterSnapshot, Decision, JobSpec
+
+
+class PerfOracle(Protocol):
+    """What a policy may ask of the performance models (implemented in `elastisched.models`)."""
+
+    def step_time(self, app: str, gpu_type: str, placement: tuple[int, ...], local_batch: int,
+                  accumulation: int = 0) -> float: ...
+
+    def throughput(self, app: str, gpu_type: str, placement: tuple[int, ...], batch_size: int) -> float: ...
+
+    def goodput(self, app: str, gpu_type: str, placement: tuple[int, ...], batch_size: int,
+                epoch: int) -> float: ...
+
+    def batch_config(self, app: str, num_gpus: int, batch_size: int) -> tuple[int, int]: ...
+
+    def epoch_work(self, spec: JobSpec) -> tuple[float, ...]: ...
+
+
+@dataclass(slots=True)
+class PolicyContext:
+    """Side inputs of a round: performance models, a seeded RNG, free-form options."""
+
+    perf: PerfOracle | None = None
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Policy:
+    """Base class with no-op hooks. Subclasses set `name`, `description`, `interval` and `schedule`."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    #: periodic rounds in seconds; None = rounds only on events (arrival, completion, node change)
+    interval: ClassVar[float | None] = None
+    #: True if the policy may change a job's batch size / GPU count beyond its request
+    elastic: ClassVar[bool] = False
+
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"policy {self.name!r} keeps no state, got keys {sorted(state)}")
+
+
+_REGISTRY: dict[str, Callable[..., Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make the policy available by `cls.name` (CLI, service, conformance tests)."""
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"policy name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _load_builtin() -> None:
+    # Importing the package registers every built-in policy.
+    import elastisched.policies  # noqa: F401
+
+
+def registered() -> dict[str, Callable[..., Policy]]:
+    _load_builtin()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """Instantiate a registered policy by name; unknown names list the known ones."""
+    _load_builtin()
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    return factory(**options)

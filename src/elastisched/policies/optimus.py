@@ -1,0 +1,91 @@
+"""Optimus (EuroSys'18) as configured in the Pollux artifact (`simulator/optimus.py`).
+
+Every job gets one GPU (in arrival order while GPUs last); the remaining GPUs go one at a time to the job
+with the largest marginal reduction of its predicted remaining time, `(t(n) − t(n+1)) × remaining steps`,
+up to `target batch // min local batch` GPUs (ncf: 1). The global batch stays the job's own.
+Like the artifact, the step-time prediction uses the measured profile (an oracle) and counts at least one
+accumulation step on a single GPU; remaining steps come from the validation logs at the target batch.
+Jobs whose GPU count is unchanged keep their nodes; the others are re-placed smallest first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView
+from elastisched.models.application import Application
+from elastisched.policies.base import Policy, PolicyContext, register
+from elastisched.policies.packing import packed_shape
+
+
+@register
+class OptimusPolicy(Policy):
+    name = "optimus"
+    description = "Optimus: greedy GPU-by-GPU allocation by marginal reduction of predicted remaining time."
+    interval = 60.0
+    elastic = True
+
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        assert ctx.perf is not None, "optimus needs performance models"
+        per_node = max((n.num_gpus for n in snap.nodes), default=1)
+        free = snap.total_gpus
+        n: dict[str, int] = {}
+        heap: list[tuple[float, int, str]] = []
+        order = {jid: i for i, jid in enumerate(snap.jobs)}
+        info: dict[str, tuple[Application, JobView, float, int]] = {}
+        for jid, job in snap.jobs.items():
+            if free < 1:
+                n[jid] = 0
+                continue
+            app = ctx.perf.app(job.spec.application)
+            remaining = remaining_steps(app, job)
+            cap = 1 if app.name == "ncf" else max(1, job.spec.batch_size // app.min_local_bsz)
+            if job.spec.elastic and job.spec.max_gpus:
+                cap = min(cap, job.spec.max_gpus)
+            info[jid] = (app, job, remaining, cap)
+            n[jid] = 1
+            free -= 1
+        for jid, (app, job, remaining, cap) in info.items():
+            g = self._gain(app, job, 1, cap, remaining, per_node)
+            if g > 0:
+                heapq.heappush(heap, (-g, order[jid], jid))
+        while free > 0 and heap:
+            _, _, jid = heapq.heappop(heap)
+            app, job, remaining, cap = info[jid]
+            n[jid] += 1
+            free -= 1
+            g = self._gain(app, job, n[jid], cap, remaining, per_node)
+            if g > 0:
+                heapq.heappush(heap, (-g, order[jid], jid))
+        allocs: dict[str, Allocation] = {}
+        for jid in sorted((j for j in n if n[j] > 0), key=lambda j: (n[j], order[j])):
+            allocs[jid] = Allocation(num_gpus=n[jid])
+        return Decision(allocs)
+
+    @staticmethod
+    def _gain(app: Application, job: JobView, k: int, cap: int, remaining: float, per_node: int) -> float:
+        if k + 1 > cap:
+            return 0.0
+        return (predict_step_time(app, job.spec.batch_size, k, per_node)
+                - predict_step_time(app, job.spec.batch_size, k + 1, per_node)) * remaining
+
+
+def remaining_steps(app: Application, job: JobView) -> float:
+    """Optimizer steps left at the target batch (artifact: `remaining` from `get_iteration`)."""
+    last = app.max_epochs - 1
+    if job.epoch >= last:
+        return 1.0
+    bs = job.spec.batch_size
+    return (app.iterations(bs, last) - app.iterations(bs, job.epoch)) * job.spec.work_scale
+
+
+def predict_step_time(app: Application, batch: int, k: int, per_node: int) -> float:
+    local = math.ceil(batch / k - 1e-8)
+    accum = math.ceil(local / app.max_local_bsz - 1e-8) - 1
+    if k == 1:
+        accum = max(1, accum)
+    micro = math.ceil(local / (accum + 1) - 1e-8)
+    micro = max(1, min(micro, int(app.max_batch_size / (k * (accum + 1)))))
+    step, sync = app.model(next(iter(app.gpu_types))).step_sync(packed_shape(k, per_node), float(micro))
+    return step + (step - sync) * accum

@@ -1,0 +1,97 @@
+"""Tiresias (NSDI'19) 2D-LAS with two queues, as configured in the Pollux artifact (`simulator/tiresias.py`).
+
+- Jobs enter queue 0 in arrival order; a running job whose attained service (GPU-seconds) reaches the
+  threshold (16 GPU-hours, the artifact's `_queue_threshold = 3600 * 16`) is demoted to the end of queue 1.
+- Each round, jobs are admitted in queue order (queue 0, then 1) while their requested GPUs fit; a job that
+  does not fit is skipped (later, smaller jobs may still run) and loses its GPUs if it had them.
+- Starvation handling is off (the artifact's `_solve_starvation = 0`).
+Reading: the artifact counts service by integer wall seconds since the job's last status change times its
+GPU count; we use the engine's attained GPU-seconds, which is the same quantity without rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec
+from elastisched.policies._common import fits, node_types, take
+from elastisched.policies.base import Policy, PolicyContext, register
+
+INF = float("inf")
+
+
+@register
+class TiresiasPolicy(Policy):
+    name = "tiresias"
+    description = "Tiresias 2D-LAS: two priority queues by attained GPU-time, preemptive, skips jobs that don't fit."
+    interval = 60.0
+    needs_progress = False
+
+    def __init__(self, threshold_gpu_seconds: float = 3600.0 * 16) -> None:
+        self.threshold = threshold_gpu_seconds
+        self._q0: dict[str, None] = {}
+        self._q1: dict[str, None] = {}
+
+    def on_submit(self, spec: JobSpec, now: float) -> None:
+        if spec.job_id not in self._q1:
+            self._q0.setdefault(spec.job_id, None)
+
+    def on_finish(self, job_id: str, now: float) -> None:
+        self._q0.pop(job_id, None)
+        self._q1.pop(job_id, None)
+
+    def _sync(self, snap: ClusterSnapshot) -> None:
+        """Catch up with jobs the hooks did not announce (e.g. a restored service)."""
+        if len(snap.jobs) == len(self._q0) + len(self._q1):
+            return
+        for jid in snap.jobs:
+            if jid not in self._q0 and jid not in self._q1:
+                self._q0[jid] = None
+        for q in (self._q0, self._q1):
+            for jid in [j for j in q if j not in snap.jobs]:
+                del q[jid]
+
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        self._sync(snap)
+        now = snap.now
+        for jid in [j for j in self._q0 if snap.jobs[j].allocation.gpus
+                    and snap.jobs[j].attained(now) >= self.threshold]:
+            del self._q0[jid]
+            self._q1[jid] = None
+        free = snap.capacity_by_type()
+        total_free = sum(free.values())
+        allocs: dict[str, Allocation] = {}
+        wake = INF
+        for q in (self._q0, self._q1):
+            for jid in q:
+                if total_free <= 0:
+                    break
+                job = snap.jobs[jid]
+                need = job.spec.num_gpus
+                cur = job.allocation
+                if cur.gpus:
+                    t = node_types(snap)[cur.placement[0][0]]
+                    if free.get(t, 0) >= need:
+                        allocs[jid] = Allocation(cur.placement, 0, None, cur.batch_size)
+                        take(free, snap, cur)
+                        total_free -= need
+                        if q is self._q0:
+                            wake = min(wake, now + (self.threshold - job.attained(now)) / need)
+                        continue
+                t2 = fits(free, job.spec.gpu_types, need)
+                if t2 is not None:
+                    allocs[jid] = Allocation(num_gpus=need, gpu_type=t2)
+                    free[t2] -= need
+                    total_free -= need
+                    if q is self._q0:
+                        wake = min(wake, now + self.threshold / need)
+        return Decision(allocs, next_round_at=wake)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"q0": list(self._q0), "q1": list(self._q1), "threshold": self.threshold}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._q0 = dict.fromkeys(state.get("q0", []))
+        self._q1 = dict.fromkeys(state.get("q1", []))
+        self.threshold = float(state.get("threshold", self.threshold))
+

@@ -1,0 +1,112 @@
+"""Mutable state of one simulated job and its analytic progress.
+
+Between two events a running job's configuration is fixed, so its progress is piecewise linear: constant
+goodput within an epoch (the gradient statistics change per epoch), a new rate after each epoch boundary.
+`advance` integrates exactly over the boundaries and `finish_time` predicts the completion instant, so the
+simulator never steps time in small increments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, JobSpec, JobView
+from elastisched.models.application import Application, BatchConfig
+
+INF = float("inf")
+
+
+@dataclass(slots=True, eq=False)
+class SimJob:
+    spec: JobSpec
+    app: Application
+    bounds: list[float]  # progress at the end of each epoch (scaled by work_scale), bounds[0] = 0
+    allocation: Allocation = NO_ALLOCATION
+    gpu_type: str = ""
+    shape: tuple[int, ...] = ()  # GPUs per node of the placement
+    cfg: BatchConfig | None = None
+    progress: float = 0.0
+    epoch: int = 0
+    restart_until: float = 0.0
+    attained: float = 0.0
+    run_time: float = 0.0
+    updated: float = 0.0
+    start_time: float | None = None
+    end_time: float | None = None
+    last_resize: float | None = None
+    launches: int = 0
+    preemptions: int = 0
+    version: int = 0  # bumps on every allocation change; stale completion events are ignored
+    rates: dict[int, float] = field(default_factory=dict)  # epoch -> progress/s for the current config
+    observed: dict[int, float] = field(default_factory=dict)  # GPUs -> samples/s measured
+    gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
+    view: JobView | None = None
+
+    @property
+    def total(self) -> float:
+        return self.bounds[-1]
+
+    @property
+    def gpus(self) -> int:
+        return self.allocation.gpus
+
+    def rate(self, epoch: int) -> float:
+        r = self.rates.get(epoch)
+        if r is None:
+            assert self.cfg is not None
+            r = self.rates[epoch] = self.app.goodput(self.gpu_type, self.shape, self.cfg, epoch)
+        return r
+
+    def advance(self, t: float) -> None:
+        """Bring progress and accounting up to time `t`."""
+        dt = t - self.updated
+        if dt <= 0:
+            return
+        g = self.allocation.gpus
+        if g:
+            self.attained += dt * g
+            self.run_time += dt
+            self.gpu_seconds_by_type[self.gpu_type] = self.gpu_seconds_by_type.get(self.gpu_type, 0.0) + dt * g
+            now = max(self.updated, min(t, self.restart_until))
+            while now < t and self.epoch < len(self.bounds) - 1:
+                r = self.rate(self.epoch)
+                nxt = self.bounds[self.epoch + 1]
+                need = (nxt - self.progress) / r
+                if now + need <= t:
+                    self.progress = nxt
+                    self.epoch += 1
+                    now += need
+                else:
+                    self.progress += r * (t - now)
+                    now = t
+        self.updated = t
+        self.view = None
+
+    def finish_time(self) -> float:
+        """When the job completes if nothing changes (INF when not running)."""
+        if not self.allocation.gpus:
+            return INF
+        now = max(self.updated, self.restart_until)
+        p, e = self.progress, self.epoch
+        while e < len(self.bounds) - 1:
+            now += (self.bounds[e + 1] - p) / self.rate(e)
+            p = self.bounds[e + 1]
+            e += 1
+        return now
+
+    def phase(self, now: float) -> JobPhase:
+        if self.end_time is not None:
+            return JobPhase.SUCCEEDED
+        if not self.allocation.gpus:
+            return JobPhase.PENDING
+        return JobPhase.RESTARTING if now < self.restart_until else JobPhase.RUNNING
+
+    def make_view(self, now: float) -> JobView:
+        if self.view is None:
+            self.view = JobView(
+                spec=self.spec, phase=self.phase(now), allocation=self.allocation, progress=self.progress,
+                total_work=self.total, epoch=self.epoch, attained_service=self.attained, run_time=self.run_time,
+                updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
+                num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
+                observed_throughput=dict(self.observed))
+        return self.view

@@ -1,0 +1,258 @@
+"""Heap-based event simulator over a SimClock, driving the shared engine (DESIGN.md "Simulation semantics").
+
+Semantics (details and the reasons for each in docs/simulator.md):
+- events: arrivals, analytically computed completions, loan-capacity changes; stale completion events
+  (the job's allocation changed since) are skipped by version number;
+- rounds: a policy with an `interval` is consulted on the tick grid k·interval, at the first tick at or
+  after anything changed (or at its `next_round_at` hint; every tick when it gives none) — the Pollux
+  artifact's 60 s loop, without its idle ticks; a policy without an interval is consulted right after each
+  batch of simultaneous events;
+- every launch or change of a running job's allocation costs the application's restart cost (30 s by
+  default), during which it holds its GPUs and makes no progress; a suspended job keeps its progress
+  (checkpoint on preemption, as in the artifact);
+- deterministic: events are ordered by (time, sequence number) and all randomness comes from the seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from elastisched.core.events import ActionKind
+from elastisched.core.types import NO_ALLOCATION, ClusterSnapshot, JobId, NodeView, Pool
+from elastisched.engine.loop import Engine
+from elastisched.models.registry import PerfModels
+from elastisched.policies.base import Policy, PolicyContext
+from elastisched.sim.jobstate import INF, SimJob
+from elastisched.sim.metrics import SimResult, collect
+from elastisched.workloads.schema import Workload
+
+ARRIVAL, COMPLETION, LOAN = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class LoanTimeline:
+    """Loanable inference servers over time: `(time, servers available to training)` steps."""
+
+    steps: tuple[tuple[float, int], ...]
+    gpu_type: str = "t4"
+    gpus_per_server: int = 4
+
+    @property
+    def max_servers(self) -> int:
+        return max((n for _, n in self.steps), default=0)
+
+
+@dataclass
+class SimConfig:
+    seed: int = 0
+    restart_cost: float | None = None  # None = each application's own (30 s default)
+    check_invariants: bool = True
+    max_time: float = INF
+    loans: LoanTimeline | None = None
+    progress: Callable[[float, int, int], None] | None = None  # (sim time, finished, total)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Simulator:
+    def __init__(self, workload: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels,
+                 config: SimConfig | None = None) -> None:
+        self.cfg = config or SimConfig()
+        self.workload, self.policy, self.models = workload, policy, models
+        self.train_nodes = tuple(nodes)
+        self.loan_nodes: tuple[NodeView, ...] = ()
+        if self.cfg.loans is not None:
+            ln = self.cfg.loans
+            self.loan_nodes = tuple(
+                NodeView(f"loan-{i}", ln.gpu_type, ln.gpus_per_server, Pool.LOANABLE, len(nodes) + i)
+                for i in range(ln.max_servers))
+        self.active_loans: list[NodeView] = []
+        self.nodes = self.train_nodes
+        self.ctx = PolicyContext(perf=models, rng=np.random.default_rng(self.cfg.seed), seed=self.cfg.seed,
+                                 options=dict(self.cfg.options))
+        self.engine = Engine(policy, self.ctx, self.cfg.check_invariants)
+        self.now = 0.0
+        self.heap: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.jobs: dict[JobId, SimJob] = {}  # active, submission order
+        self.running: dict[JobId, SimJob] = {}
+        self.done: list[SimJob] = []
+        self.timeline: list[tuple[float, int, int, int]] = []  # (t, busy GPUs, total GPUs, loaned servers)
+        self.latencies: list[float] = []
+        self.reclaim_demand = 0
+        self.reclaims: list[dict[str, Any]] = []
+        self.events = 0
+        self.stalled: list[JobId] = []
+
+    # ------------------------------------------------------------------ events
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, kind, payload))
+
+    def _arrive(self, spec: Any) -> None:
+        app = self.models.app(spec.application)
+        bounds = [b * spec.work_scale for b in app.epoch_end]
+        job = SimJob(spec, app, bounds, updated=self.now)
+        self.jobs[spec.job_id] = job
+        on_submit = getattr(self.policy, "on_submit", None)
+        if on_submit is not None:
+            on_submit(spec, self.now)
+
+    def _complete(self, job: SimJob) -> None:
+        job.advance(self.now)
+        job.progress = job.total
+        job.end_time = self.now
+        job.allocation = NO_ALLOCATION
+        job.view = None
+        del self.jobs[job.spec.job_id]
+        self.running.pop(job.spec.job_id, None)
+        self.done.append(job)
+        on_finish = getattr(self.policy, "on_finish", None)
+        if on_finish is not None:
+            on_finish(job.spec.job_id, self.now)
+
+    def _set_loans(self, n: int) -> None:
+        have = len(self.active_loans)
+        if n > have:
+            self.active_loans.extend(self.loan_nodes[have:n])
+            self.nodes = self.train_nodes + tuple(self.active_loans)
+        elif n < have:
+            self.reclaim_demand += have - n
+
+    # ------------------------------------------------------------------ rounds
+    def _snapshot(self) -> ClusterSnapshot:
+        if getattr(self.policy, "needs_progress", True):
+            for job in self.running.values():
+                job.advance(self.now)
+        views = {jid: j.make_view(self.now) for jid, j in self.jobs.items()}
+        return ClusterSnapshot(self.now, self.nodes, views, self.reclaim_demand)
+
+    def _return_nodes(self, chosen: Sequence[str]) -> None:
+        """Give reclaimed servers back; jobs still on them lose those GPUs (a forced preemption)."""
+        demand = self.reclaim_demand
+        pick = [n for n in self.active_loans if n.node_id in set(chosen)][:demand]
+        if len(pick) < demand:  # the policy did not choose (enough): return the most recently loaned
+            rest = [n for n in reversed(self.active_loans) if n not in pick]
+            pick += rest[: demand - len(pick)]
+        gone = {n.node_id for n in pick}
+        hit = [j for j in self.running.values() if any(n in gone for n in j.allocation.nodes)]
+        self.reclaims.append({"time": self.now, "servers": sorted(gone), "preempted": len(hit)})
+        for job in hit:
+            job.advance(self.now)
+            job.preemptions += 1
+            self._apply_allocation(job, NO_ALLOCATION)
+        self.active_loans = [n for n in self.active_loans if n.node_id not in gone]
+        self.nodes = self.train_nodes + tuple(self.active_loans)
+        self.reclaim_demand = 0
+
+    def _apply_allocation(self, job: SimJob, alloc: Any) -> None:
+        jid = job.spec.job_id
+        job.version += 1
+        job.view = None
+        job.rates = {}
+        if not alloc.placement:
+            job.allocation, job.cfg, job.shape = NO_ALLOCATION, None, ()
+            self.running.pop(jid, None)
+            return
+        pos = {n.node_id: n for n in self.nodes}
+        types = {pos[n].gpu_type for n in alloc.nodes}
+        one = job.app.batch_config(1, job.app.init_batch_size)
+        # mixed-type placements run at the pace of the slowest type (synchronous data parallelism)
+        job.gpu_type = min(types, key=lambda t: job.app.throughput(t, (1,), one)) if len(types) > 1 else types.pop()
+        job.shape = tuple(g for _, g in alloc.placement)
+        gpus = alloc.gpus
+        batch = alloc.batch_size or job.spec.batch_size
+        job.cfg = job.app.batch_config(gpus, batch)
+        job.allocation = alloc
+        job.restart_until = self.now + (self.cfg.restart_cost if self.cfg.restart_cost is not None
+                                        else job.app.restart_cost)
+        job.launches += 1
+        if job.start_time is None:
+            job.start_time = self.now
+        else:
+            job.last_resize = self.now
+        job.observed[gpus] = job.app.throughput(job.gpu_type, job.shape, job.cfg)
+        self.running[jid] = job
+        t_end = job.finish_time()
+        if t_end < INF:
+            self._push(t_end, COMPLETION, (job, job.version))
+
+    def _round(self) -> float | None:
+        snap = self._snapshot()
+        res = self.engine.round(snap)
+        self.latencies.append(res.latency_s)
+        if self.reclaim_demand:
+            self._return_nodes(res.decision.reclaim)
+        for act in res.actions:
+            job = self.jobs[act.job_id]
+            if act.kind is not ActionKind.LAUNCH or job.updated < self.now:
+                job.advance(self.now)
+            if act.kind is ActionKind.SUSPEND:
+                job.preemptions += 1
+            elif act.allocation.placement and any(n not in {x.node_id for x in self.nodes}
+                                                  for n in act.allocation.nodes):
+                continue  # placed on a node that was just returned; the job waits for the next round
+            self._apply_allocation(job, act.allocation)
+        busy = sum(j.gpus for j in self.running.values())
+        self.timeline.append((self.now, busy, sum(n.num_gpus for n in self.nodes), len(self.active_loans)))
+        return res.decision.next_round_at
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        specs = self.workload.jobs
+        for s in specs:
+            self._push(s.submit_time, ARRIVAL, s)
+        if self.cfg.loans is not None:
+            for t, n in self.cfg.loans.steps:
+                self._push(t, LOAN, n)
+        interval = self.policy.interval
+        pending_round = INF
+        total = len(specs)
+        last_report = 0.0
+        while self.heap or pending_round < INF:
+            t_ev = self.heap[0][0] if self.heap else INF
+            if t_ev <= pending_round:
+                if t_ev > self.cfg.max_time:
+                    break
+                t, _, kind, payload = heapq.heappop(self.heap)
+                self.events += 1
+                self.now = t
+                if kind == ARRIVAL:
+                    self._arrive(payload)
+                elif kind == COMPLETION:
+                    job, version = payload
+                    if version != job.version or job.end_time is not None:
+                        continue
+                    self._complete(job)
+                else:
+                    self._set_loans(payload)
+                    if self.reclaim_demand:  # inference is never delayed: decide now, on or off the tick grid
+                        pending_round = t
+                        continue
+                nxt = t if interval is None else math.ceil(t / interval - 1e-9) * interval
+                pending_round = min(pending_round, nxt)
+                continue
+            self.now = pending_round
+            hint = self._round()
+            pending_round = INF
+            if not self.running and not self.heap and self.jobs:
+                self.stalled = sorted(self.jobs)  # nothing runs and nothing will happen: jobs can never fit
+                break
+            if interval is not None and self.jobs:
+                nxt = self.now + interval
+                if hint is not None:
+                    nxt = max(nxt, math.ceil(hint / interval - 1e-9) * interval) if hint < INF else INF
+                pending_round = nxt
+            if self.cfg.progress is not None and time.perf_counter() - last_report > 0.2:
+                last_report = time.perf_counter()
+                self.cfg.progress(self.now, len(self.done), total)
+        for job in list(self.running.values()):
+            job.advance(self.now)
+        return collect(self, time.perf_counter() - wall0)

@@ -1,0 +1,132 @@
+"""Raw `(submit, duration, num_gpus)` cluster traces (e.g. the 82k-job Philly trace) as application jobs.
+
+Such traces name no model and no batch size. We map each job to a Pollux application by its GPU-time
+bucket, in the spirit of the Pollux artifact's workload generator (`simulator/workload.py`), whose buckets
+we reuse; the rest of the mapping is ours:
+
+| GPU-time          | application                                        |
+|-------------------|----------------------------------------------------|
+| < 1 GPU-hour      | cifar10 or ncf (alternating by a seeded draw)      |
+| 1 – 10 GPU-hours  | deepspeech2 or bert (seeded draw)                  |
+| 10 – 100          | yolov3                                             |
+| ≥ 100             | imagenet                                           |
+
+The job keeps the trace's GPU count, and its global batch is the application's initial (smallest profiled)
+batch times the GPU count, clamped to the profiled range. Its amount of work (`work_scale`) is set so that
+at its requested size, packed on nodes of `gpus_per_node`, it runs for exactly the traced duration —
+so a non-elastic policy replays the trace's GPU-time, while an elastic one changes it through the
+measured throughput and efficiency models.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from elastisched.core.errors import WorkloadError
+from elastisched.core.types import JobSpec
+from elastisched.models.registry import PerfModels
+from elastisched.workloads.schema import (
+    RowReader,
+    Workload,
+    file_digest,
+    nonneg_float,
+    positive_int,
+    require_columns,
+)
+
+BUCKETS = ((1.0, ("cifar10", "ncf")), (10.0, ("deepspeech2", "bert")), (100.0, ("yolov3",)),
+           (float("inf"), ("imagenet",)))
+
+
+def bundled_philly() -> Path:
+    return Path(str(resources.files("elastisched.workloads") / "data" / "pollux" / "philly.csv.gz"))
+
+
+def _parse_time(v: str) -> float:
+    try:
+        return float(v)
+    except ValueError:
+        return datetime.fromisoformat(v).timestamp()
+
+
+def application_for(gpu_hours: float, draw: int) -> str:
+    for bound, apps in BUCKETS:
+        if gpu_hours < bound:
+            return apps[draw % len(apps)]
+    raise AssertionError("unreachable")
+
+
+def packed(num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
+    full, rest = divmod(num_gpus, gpus_per_node)
+    return (gpus_per_node,) * full + ((rest,) if rest else ())
+
+
+def full_run_seconds(models: PerfModels, app_name: str, num_gpus: int, batch: int, gpu_type: str,
+                     gpus_per_node: int) -> float:
+    """Seconds to do an application's whole work at a fixed size and batch (restart cost excluded)."""
+    app = models.app(app_name)
+    cfg = app.batch_config(num_gpus, batch)
+    t_iter = app.iteration_time(gpu_type, packed(num_gpus, gpus_per_node), cfg)
+    work = np.diff(app.epoch_end)
+    gains = np.array([app.efficiency.gain(cfg.global_batch, e) for e in range(app.max_epochs)])
+    return float(np.sum(work / gains) * t_iter)
+
+
+def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0, min_duration: float = 60.0,
+                   max_gpu_hours: float = 1000.0, start: float | None = None, end: float | None = None,
+                   sample: int | None = None, gpu_type: str = "t4", gpus_per_node: int = 4,
+                   max_gpus: int | None = None, name: str | None = None) -> Workload:
+    """Load `timestamp|time,duration,num_gpus[,gpu_time]` rows; times are rebased to start at 0."""
+    path = Path(path) if path is not None else bundled_philly()
+    p = str(path)
+    raw = path.read_bytes()
+    text = gzip.decompress(raw).decode() if path.suffix == ".gz" else raw.decode()
+    reader = csv.DictReader(io.StringIO(text))
+    header = list(reader.fieldnames or [])
+    tcol = "timestamp" if "timestamp" in header else "time"
+    require_columns(p, header, (tcol, "duration", "num_gpus"))
+    rows: list[tuple[float, float, int, int]] = []
+    for i, row in enumerate(reader, start=2):
+        r = RowReader(p, i, row)
+        t = r.get(tcol, _parse_time)
+        d = r.get("duration", nonneg_float)
+        g = r.get("num_gpus", positive_int)
+        if d < min_duration or d * g >= max_gpu_hours * 3600:
+            continue
+        rows.append((t, d, g, i))
+    if not rows:
+        raise WorkloadError(p, 1, "duration", None, "no job passes the duration / GPU-time filters")
+    rows.sort()
+    t0 = rows[0][0]
+    rows = [(t - t0, d, g, i) for t, d, g, i in rows]
+    if start is not None or end is not None:
+        lo, hi = start or 0.0, end if end is not None else float("inf")
+        rows = [(t - lo, d, g, i) for t, d, g, i in rows if lo <= t < hi]
+    rng = np.random.default_rng(seed)
+    if sample is not None and sample < len(rows):
+        keep = np.sort(rng.choice(len(rows), size=sample, replace=False))
+        rows = [rows[k] for k in keep]
+    draws = rng.integers(0, 1 << 30, size=len(rows))
+    cache: dict[tuple[str, int], float] = {}
+    jobs = []
+    for (t, d, g, line), draw in zip(rows, draws, strict=True):
+        if max_gpus is not None:
+            g = min(g, max_gpus)
+        app_name = application_for(d * g / 3600.0, int(draw))
+        app = models.app(app_name)
+        batch = int(min(max(app.init_batch_size * g, app.init_batch_size), app.max_batch_size))
+        g = min(g, app.max_batch_size // app.min_local_bsz)  # the profile cannot spread further
+        key = (app_name, g)
+        if key not in cache:
+            cache[key] = full_run_seconds(models, app_name, g, batch, gpu_type, gpus_per_node)
+        jobs.append(JobSpec(job_id=f"{path.name.split('.')[0]}-{line - 2}", submit_time=float(t),
+                            application=app_name, num_gpus=g, batch_size=batch, min_gpus=g, max_gpus=g,
+                            work_scale=d / cache[key], duration=d))
+    return Workload(name or path.name.split(".")[0], tuple(jobs), p, file_digest(path))
