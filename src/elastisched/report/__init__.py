@@ -1,1 +1,1 @@
-"""report."""
+"""Tables, plots (matplotlib) and self-contained HTML reports."""

@@ -1,0 +1,57 @@
+"""Writing the outputs of `sim run` and `sim compare` (summary.json/csv, jobs.csv, plots, report.html).
+
+Everything is computed before the first file is written, and files are written to a temporary name and
+renamed, so a failed run leaves no half-written output behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from elastisched.report import html, plots
+from elastisched.sim.metrics import SimResult
+
+SUMMARY_COLUMNS = ["policy", "n_jobs", "avg_jct", "median_jct", "p95_jct", "p99_jct", "avg_queue", "makespan",
+                   "gpu_utilization", "restarts", "preemptions", "decision_ms_p50", "decision_ms_max",
+                   "wall_seconds"]
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+def write_run(out: Path, result: SimResult) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "summary.json", json.dumps(result.summary, indent=2, default=str))
+    write_atomic(out / "jobs.csv", result.jobs.to_csv(index=False))
+    write_atomic(out / "timeline.csv", result.timeline.to_csv(index=False))
+
+
+def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping[str, Any],
+                   extra_sections: list[tuple[str, str]] | None = None) -> dict[str, bytes | str]:
+    """Files of a comparison, by name (nothing written yet)."""
+    rows = [r.summary for r in results.values()]
+    summary = pd.DataFrame(rows)[[c for c in SUMMARY_COLUMNS if c in rows[0]]]
+    cdf = plots.jct_cdf(results)
+    loaned = any(r.timeline["loaned_servers"].max() > 0 for r in results.values() if len(r.timeline))
+    util = plots.utilisation_timeline(results, loaned=loaned)
+    sections = [("Summary", html.table(rows, SUMMARY_COLUMNS)),
+                ("Job completion time", html.img(cdf, "JCT CDF")),
+                ("Utilisation", html.img(util, "utilisation timeline"))]
+    sections += extra_sections or []
+    return {"summary.csv": summary.to_csv(index=False), "jct_cdf.png": cdf, "utilization.png": util,
+            "report.html": html.page(title, sections, config)}
+
+
+def write_files(out: Path, files: Mapping[str, bytes | str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        write_atomic(out / name, data)
