@@ -1,6 +1,7 @@
 """Optimus (EuroSys'18) as configured in the Pollux artifact (`simulator/optimus.py`).
 
-Every job gets one GPU (in arrival order while GPUs last); the remaining GPUs go one at a time to the job
+Every job gets one GPU (in arrival order while GPUs last; a job stays on one GPU type, the one it runs on
+or else the allowed type with most free GPUs); the remaining GPUs go one at a time to the job
 with the largest marginal reduction of its predicted remaining time, `(t(n) − t(n+1)) × remaining steps`,
 up to `target batch // min local batch` GPUs (ncf: 1). The global batch stays the job's own.
 Like the artifact, the step-time prediction uses the measured profile (an oracle) and counts at least one
@@ -15,6 +16,7 @@ import math
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView
 from elastisched.models.application import Application
+from elastisched.policies._common import fits, node_types
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.packing import packed_shape
 
@@ -29,14 +31,18 @@ class OptimusPolicy(Policy):
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         assert ctx.perf is not None, "optimus needs performance models"
         per_node = max((n.num_gpus for n in snap.nodes), default=1)
-        free = snap.total_gpus
+        free = snap.capacity_by_type()
         n: dict[str, int] = {}
+        gtype: dict[str, str] = {}
         heap: list[tuple[float, int, str]] = []
         order = {jid: i for i, jid in enumerate(snap.jobs)}
         info: dict[str, tuple[Application, JobView, float, int]] = {}
         for jid, job in snap.jobs.items():
-            if free < 1:
-                n[jid] = 0
+            cur = job.allocation
+            t = node_types(snap)[cur.placement[0][0]] if cur.gpus else None
+            if t is None or free.get(t, 0) < 1 or (job.spec.gpu_types and t not in job.spec.gpu_types):
+                t = fits(free, job.spec.gpu_types, 1)
+            if t is None:
                 continue
             app = ctx.perf.app(job.spec.application)
             remaining = remaining_steps(app, job)
@@ -44,23 +50,25 @@ class OptimusPolicy(Policy):
             if job.spec.elastic and job.spec.max_gpus:
                 cap = min(cap, job.spec.max_gpus)
             info[jid] = (app, job, remaining, cap)
-            n[jid] = 1
-            free -= 1
+            n[jid], gtype[jid] = 1, t
+            free[t] -= 1
         for jid, (app, job, remaining, cap) in info.items():
             g = self._gain(app, job, 1, cap, remaining, per_node)
             if g > 0:
                 heapq.heappush(heap, (-g, order[jid], jid))
-        while free > 0 and heap:
+        while heap and any(v > 0 for v in free.values()):
             _, _, jid = heapq.heappop(heap)
+            if free[gtype[jid]] < 1:
+                continue  # no GPU of this job's type left
             app, job, remaining, cap = info[jid]
             n[jid] += 1
-            free -= 1
+            free[gtype[jid]] -= 1
             g = self._gain(app, job, n[jid], cap, remaining, per_node)
             if g > 0:
                 heapq.heappush(heap, (-g, order[jid], jid))
         allocs: dict[str, Allocation] = {}
-        for jid in sorted((j for j in n if n[j] > 0), key=lambda j: (n[j], order[j])):
-            allocs[jid] = Allocation(num_gpus=n[jid])
+        for jid in sorted(n, key=lambda j: (n[j], order[j])):
+            allocs[jid] = Allocation(num_gpus=n[jid], gpu_type=gtype[jid])
         return Decision(allocs)
 
     @staticmethod

@@ -9,6 +9,7 @@ simulator never steps time in small increments.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, JobSpec, JobView
 from elastisched.models.application import Application, BatchConfig
@@ -108,5 +109,5 @@ class SimJob:
                 total_work=self.total, epoch=self.epoch, attained_service=self.attained, run_time=self.run_time,
                 updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
                 num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
-                observed_throughput=dict(self.observed))
+                observed_throughput=MappingProxyType(dict(self.observed)))
         return self.view

@@ -1,0 +1,84 @@
+"""Simulator semantics on hand-built cases whose answer is known analytically."""
+
+from __future__ import annotations
+
+import pytest
+
+from elastisched.core.cluster import parse_cluster
+from elastisched.core.types import JobSpec
+from elastisched.models import PerfModels
+from elastisched.policies.base import make_policy
+from elastisched.sim import LoanTimeline, SimConfig, simulate
+from elastisched.workloads.schema import Workload
+from elastisched.workloads.traces import full_run_seconds
+
+
+def wl(*jobs: JobSpec) -> Workload:
+    return Workload("hand", tuple(jobs), "test", "0")
+
+
+def test_single_job_runs_its_analytic_time(models: PerfModels) -> None:
+    spec = JobSpec("a", 0.0, "cifar10", 4, 512, min_gpus=4, max_gpus=4, work_scale=0.05)
+    r = simulate(wl(spec), make_policy("fifo"), parse_cluster("1x4:t4"), models)
+    run = full_run_seconds(models, "cifar10", 4, 512, "t4", 4) * 0.05
+    job = r.jobs.iloc[0]
+    assert job["start"] == 0.0
+    assert job["jct"] == pytest.approx(run + 30.0, rel=1e-6)  # + the 30 s restart cost of the launch
+    assert r.summary["restarts"] == 0
+
+
+def test_restart_cost_is_configurable(models: PerfModels) -> None:
+    spec = JobSpec("a", 0.0, "ncf", 1, 256, work_scale=0.01)
+    r30 = simulate(wl(spec), make_policy("fifo"), parse_cluster("1x1:t4"), models)
+    r0 = simulate(wl(spec), make_policy("fifo"), parse_cluster("1x1:t4"), models, SimConfig(restart_cost=0.0))
+    assert r30.jobs.iloc[0]["jct"] - r0.jobs.iloc[0]["jct"] == pytest.approx(30.0)
+
+
+def test_fifo_blocks_and_interval_policy_waits_for_tick(models: PerfModels) -> None:
+    a = JobSpec("a", 0.0, "ncf", 2, 512, min_gpus=2, max_gpus=2, work_scale=0.01)
+    b = JobSpec("b", 5.0, "ncf", 2, 512, min_gpus=2, max_gpus=2, work_scale=0.01)
+    r = simulate(wl(a, b), make_policy("fifo"), parse_cluster("1x2:t4"), models)
+    ja, jb = r.jobs.set_index("job").loc["a"], r.jobs.set_index("job").loc["b"]
+    assert jb["start"] == pytest.approx(ja["end"])  # b starts the moment a finishes (event-driven)
+    rt = simulate(wl(a, b), make_policy("tiresias"), parse_cluster("1x2:t4"), models)
+    starts = rt.jobs.set_index("job")["start"]
+    assert starts["a"] == 0.0 and starts["b"] % 60 == 0  # tick grid of the 60 s policy
+
+
+def test_deterministic_per_seed(models: PerfModels) -> None:
+    from elastisched.workloads import load_workload
+
+    w = load_workload("synthetic:num_jobs=40,rate=30,seed=3", models)
+    r1 = simulate(w, make_policy("tiresias"), parse_cluster("4x4:t4"), models, SimConfig(seed=1))
+    r2 = simulate(w, make_policy("tiresias"), parse_cluster("4x4:t4"), models, SimConfig(seed=1))
+    assert r1.jobs.equals(r2.jobs)
+    assert r1.summary["seed"] == 1 and r1.summary["workload_digest"] == w.digest
+
+
+def test_preemption_keeps_progress_and_demotes(models: PerfModels) -> None:
+    # a long 1-GPU job reaches the Tiresias threshold, a later job preempts it; total work is conserved
+    long = JobSpec("long", 0.0, "cifar10", 1, 128, work_scale=1.0)
+    short = JobSpec("short", 4000.0, "cifar10", 1, 128, work_scale=0.01)
+    pol = make_policy("tiresias", threshold_gpu_seconds=3600.0)
+    r = simulate(wl(long, short), pol, parse_cluster("1x1:t4"), models)
+    jobs = r.jobs.set_index("job")
+    assert jobs.loc["long", "preemptions"] >= 1
+    assert jobs.loc["short", "end"] < jobs.loc["long", "end"]
+    solo = simulate(wl(long), make_policy("tiresias"), parse_cluster("1x1:t4"), models)
+    busy = jobs.loc["long", "run_time"] - 30.0 * (jobs.loc["long", "restarts"] + 1)
+    assert busy == pytest.approx(solo.jobs.iloc[0]["run_time"] - 30.0, rel=1e-6)
+
+
+def test_loan_reclaim_preempts_jobs_on_returned_servers(models: PerfModels) -> None:
+    jobs = [JobSpec(f"j{i}", 0.0, "ncf", 1, 256, work_scale=0.5) for i in range(3)]
+    loans = LoanTimeline(((0.0, 1), (600.0, 0)), "t4", 2)
+    r = simulate(wl(*jobs), make_policy("fifo"), parse_cluster("1x1:t4"), models, SimConfig(loans=loans))
+    assert r.summary["n_finished"] == 3
+    assert r.reclaims and r.reclaims[0]["time"] == 600.0 and r.reclaims[0]["preempted"] >= 1
+    assert r.timeline["loaned_servers"].max() == 1
+
+
+def test_oversized_job_stalls_instead_of_looping(models: PerfModels) -> None:
+    big = JobSpec("big", 0.0, "cifar10", 8, 1024, min_gpus=8, max_gpus=8)
+    r = simulate(wl(big), make_policy("tiresias"), parse_cluster("1x4:t4"), models)
+    assert r.summary["n_finished"] == 0 and r.summary["unfinished"] == ["big"]
