@@ -86,10 +86,10 @@ class Allocation:
     batch_size: int | None = None
     local_batch: int | None = None
     accumulation: Mapping[NodeId, int] | None = None
+    gpus: int = field(init=False, repr=False, compare=False)  # derived: GPUs placed, or asked for when open
 
-    @property
-    def gpus(self) -> int:
-        return sum(g for _, g in self.placement) if self.placement else self.num_gpus
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(g for _, g in self.placement) if self.placement else self.num_gpus)
 
     @property
     def is_open(self) -> bool:
@@ -177,13 +177,11 @@ class ClusterSnapshot:
 
     @property
     def total_gpus(self) -> int:
-        return sum(n.num_gpus for n in self.nodes)
+        return sum(_capacity(self.nodes).values())
 
     def capacity_by_type(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for n in self.nodes:
-            out[n.gpu_type] = out.get(n.gpu_type, 0) + n.num_gpus
-        return out
+        """GPUs per type (a fresh dict the caller may modify); cached per node set."""
+        return dict(_capacity(self.nodes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,3 +197,19 @@ class Decision:
     reasons: Mapping[JobId, str] = field(default_factory=_empty)
     reclaim: tuple[NodeId, ...] = ()
     next_round_at: float | None = None
+
+
+_CAPACITY: dict[int, tuple[tuple[NodeView, ...], dict[str, int]]] = {}
+
+
+def _capacity(nodes: tuple[NodeView, ...]) -> dict[str, int]:
+    """Per-type capacity, memoised by the identity of the node tuple (rounds reuse the same tuple)."""
+    hit = _CAPACITY.get(id(nodes))
+    if hit is None or hit[0] is not nodes:
+        out: dict[str, int] = {}
+        for n in nodes:
+            out[n.gpu_type] = out.get(n.gpu_type, 0) + n.num_gpus
+        if len(_CAPACITY) > 64:
+            _CAPACITY.clear()
+        hit = _CAPACITY[id(nodes)] = (nodes, out)
+    return hit[1]

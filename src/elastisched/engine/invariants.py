@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from elastisched.core.errors import InvariantViolation
 from elastisched.core.types import Allocation, ClusterSnapshot, JobId
 from elastisched.engine.placer import node_index
 
 
-def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bool) -> None:
+def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bool,
+          free: np.ndarray | None = None) -> None:
     """Capacity per node, known active jobs, GPU bounds of each job, allowed GPU types.
 
     A non-elastic policy must give a job exactly its requested GPUs or none. An elastic policy may resize
@@ -22,6 +25,8 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
         job = snap.jobs.get(jid)
         if job is None:
             raise InvariantViolation(f"decision allocates unknown or finished job {jid!r}")
+        if free is not None and job.allocation.placement == a.placement and a.placement:
+            continue  # unchanged since it was checked when placed; capacity comes from `free`
         spec = job.spec
         g = a.gpus
         if a.is_open:
@@ -41,6 +46,8 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
                 raise InvariantViolation(f"job {jid}: node {n} has GPU type {snap.nodes[i].gpu_type}, "
                                          f"job allows {spec.gpu_types}")
             used[i] += k
+    if free is not None:
+        used = idx.capacity - free
     over = used > idx.capacity
     if over.any():
         i = int(over.argmax())

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from elastisched.core.events import Action, ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId
 from elastisched.engine.invariants import check
-from elastisched.engine.placer import place
+from elastisched.engine.placer import place_with_free
 from elastisched.policies.base import Policy, PolicyContext
 
 
@@ -28,7 +28,9 @@ class RoundResult:
 
 
 def same_allocation(a: Allocation, b: Allocation) -> bool:
-    return (sorted(a.placement) == sorted(b.placement) and a.batch_size == b.batch_size
+    if a is b:
+        return True
+    return ((a.placement == b.placement or sorted(a.placement) == sorted(b.placement)) and a.batch_size == b.batch_size
             and a.local_batch == b.local_batch and a.accumulation == b.accumulation)
 
 
@@ -57,7 +59,7 @@ class Engine:
         t0 = time.perf_counter()
         decision = self.policy.schedule(snap, self.ctx)
         latency = time.perf_counter() - t0
-        placed = place(decision.allocations, snap)
+        placed, free = place_with_free(decision.allocations, snap)
         if self.check_invariants:
-            check(placed, snap, self.policy.elastic)
+            check(placed, snap, self.policy.elastic, free)
         return RoundResult(decision, placed, diff(snap, placed), latency)

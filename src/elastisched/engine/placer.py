@@ -53,6 +53,12 @@ def node_index(nodes: tuple[NodeView, ...]) -> NodeIndex:
 
 def place(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot) -> dict[JobId, Allocation]:
     """Return `allocs` with every open placement filled; jobs with 0 GPUs are dropped."""
+    return place_with_free(allocs, snap)[0]
+
+
+def place_with_free(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
+                    ) -> tuple[dict[JobId, Allocation], np.ndarray]:
+    """`place`, plus the free GPUs per node left afterwards (negative = over capacity)."""
     idx = node_index(snap.nodes)
     free = idx.capacity.copy()
     out: dict[JobId, Allocation] = {}
@@ -93,4 +99,4 @@ def place(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot) -> dict[Job
             free[i] -= take
             need -= take
         out[jid] = Allocation(tuple(placement), 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)
-    return out
+    return out, free

@@ -26,6 +26,7 @@ class EfficiencyModel:
         self._sqr = np.stack([validation[b]["grad_sqr"].to_numpy(float)[:n] for b in sorted(validation)])
         self._var = np.stack([validation[b]["grad_var"].to_numpy(float)[:n] for b in sorted(validation)])
         self.init_batch = int(self.batches[0])
+        self._gains: dict[float, np.ndarray] = {}
 
     def _interp(self, table: np.ndarray, batch: float, epoch: int) -> float:
         e = min(max(epoch, 0), table.shape[1] - 1)
@@ -34,6 +35,18 @@ class EfficiencyModel:
     def grad_stats(self, batch: float, epoch: int) -> tuple[float, float]:
         """(grad_sqr, grad_var) during `epoch` at global batch `batch`."""
         return self._interp(self._sqr, batch, epoch), self._interp(self._var, batch, epoch)
+
+    def gains(self, batch: float) -> np.ndarray:
+        """`gain(batch, e)` for every epoch e, vectorised (memoised per batch)."""
+        g = self._gains.get(batch)
+        if g is None:
+            sqr = np.array([np.interp(batch, self.batches, col) for col in self._sqr.T])
+            var = np.array([np.interp(batch, self.batches, col) for col in self._var.T])
+            scale = batch / self.init_batch
+            denom = var / scale + sqr
+            g = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+            self._gains[batch] = g
+        return g
 
     def gain(self, batch: float, epoch: int) -> float:
         """Reference steps of progress per step at this batch (Pollux `gain`)."""

@@ -22,9 +22,8 @@ class FifoPolicy(Policy):
         pending = []
         for jid, job in snap.jobs.items():
             if job.allocation.gpus:
-                a = job.allocation
-                allocs[jid] = Allocation(a.placement, 0, None, a.batch_size)
-                take(free, snap, a)
+                allocs[jid] = job.allocation  # keep as is (identity lets the engine skip it cheaply)
+                take(free, snap, job.allocation)
             else:
                 pending.append(jid)
         reasons: dict[str, str] = {}

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import numpy as np
+
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, JobSpec, JobView
 from elastisched.models.application import Application, BatchConfig
 
@@ -38,10 +40,17 @@ class SimJob:
     launches: int = 0
     preemptions: int = 0
     version: int = 0  # bumps on every allocation change; stale completion events are ignored
-    rates: dict[int, float] = field(default_factory=dict)  # epoch -> progress/s for the current config
+    rates: np.ndarray | None = None  # progress/s per epoch for the current config
     observed: dict[int, float] = field(default_factory=dict)  # GPUs -> samples/s measured
     gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
     view: JobView | None = None
+    _bounds_np: np.ndarray | None = None
+
+    @property
+    def bounds_arr(self) -> np.ndarray:
+        if self._bounds_np is None:
+            self._bounds_np = np.asarray(self.bounds, dtype=float)
+        return self._bounds_np
 
     @property
     def total(self) -> float:
@@ -52,11 +61,11 @@ class SimJob:
         return self.allocation.gpus
 
     def rate(self, epoch: int) -> float:
-        r = self.rates.get(epoch)
-        if r is None:
+        if self.rates is None:
             assert self.cfg is not None
-            r = self.rates[epoch] = self.app.goodput(self.gpu_type, self.shape, self.cfg, epoch)
-        return r
+            t_iter = self.app.iteration_time(self.gpu_type, self.shape, self.cfg)
+            self.rates = self.app.efficiency.gains(self.cfg.global_batch) / t_iter
+        return float(self.rates[min(epoch, len(self.rates) - 1)])
 
     def advance(self, t: float) -> None:
         """Bring progress and accounting up to time `t`."""
@@ -88,12 +97,15 @@ class SimJob:
         if not self.allocation.gpus:
             return INF
         now = max(self.updated, self.restart_until)
-        p, e = self.progress, self.epoch
-        while e < len(self.bounds) - 1:
-            now += (self.bounds[e + 1] - p) / self.rate(e)
-            p = self.bounds[e + 1]
-            e += 1
-        return now
+        e = self.epoch
+        last = len(self.bounds) - 1
+        if e >= last:
+            return now
+        self.rate(e)
+        assert self.rates is not None
+        work = np.diff(self.bounds_arr[e:])
+        work[0] = self.bounds_arr[e + 1] - self.progress
+        return now + float(np.sum(work / self.rates[e:last]))
 
     def phase(self, now: float) -> JobPhase:
         if self.end_time is not None:

@@ -89,6 +89,11 @@ class Simulator:
         self.reclaims: list[dict[str, Any]] = []
         self.events = 0
         self.stalled: list[JobId] = []
+        self._total_for: tuple[NodeView, ...] | None = None
+        self._total = 0
+        self.busy = 0  # GPUs allocated now
+        self._map_for: tuple[NodeView, ...] | None = None
+        self._map: dict[str, NodeView] = {}
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any) -> None:
@@ -108,6 +113,7 @@ class Simulator:
         job.advance(self.now)
         job.progress = job.total
         job.end_time = self.now
+        self.busy -= job.allocation.gpus
         job.allocation = NO_ALLOCATION
         job.view = None
         del self.jobs[job.spec.job_id]
@@ -154,13 +160,14 @@ class Simulator:
     def _apply_allocation(self, job: SimJob, alloc: Any) -> None:
         jid = job.spec.job_id
         job.version += 1
+        self.busy -= job.allocation.gpus
         job.view = None
-        job.rates = {}
+        job.rates = None
         if not alloc.placement:
             job.allocation, job.cfg, job.shape = NO_ALLOCATION, None, ()
             self.running.pop(jid, None)
             return
-        pos = {n.node_id: n for n in self.nodes}
+        pos = self._node_map()
         types = {pos[n].gpu_type for n in alloc.nodes}
         one = job.app.batch_config(1, job.app.init_batch_size)
         # mixed-type placements run at the pace of the slowest type (synchronous data parallelism)
@@ -173,6 +180,7 @@ class Simulator:
         job.restart_until = self.now + (self.cfg.restart_cost if self.cfg.restart_cost is not None
                                         else job.app.restart_cost)
         job.launches += 1
+        self.busy += gpus
         if job.start_time is None:
             job.start_time = self.now
         else:
@@ -195,13 +203,21 @@ class Simulator:
                 job.advance(self.now)
             if act.kind is ActionKind.SUSPEND:
                 job.preemptions += 1
-            elif act.allocation.placement and any(n not in {x.node_id for x in self.nodes}
-                                                  for n in act.allocation.nodes):
+            elif act.allocation.placement and any(n not in self._node_map() for n in act.allocation.nodes):
                 continue  # placed on a node that was just returned; the job waits for the next round
             self._apply_allocation(job, act.allocation)
-        busy = sum(j.gpus for j in self.running.values())
-        self.timeline.append((self.now, busy, sum(n.num_gpus for n in self.nodes), len(self.active_loans)))
+        self.timeline.append((self.now, self.busy, self.engine_total_gpus(), len(self.active_loans)))
         return res.decision.next_round_at
+
+    def _node_map(self) -> dict[str, NodeView]:
+        if self._map_for is not self.nodes:
+            self._map_for, self._map = self.nodes, {n.node_id: n for n in self.nodes}
+        return self._map
+
+    def engine_total_gpus(self) -> int:
+        if self._total_for is not self.nodes:
+            self._total_for, self._total = self.nodes, sum(n.num_gpus for n in self.nodes)
+        return self._total
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> SimResult:

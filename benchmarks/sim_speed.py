@@ -1,0 +1,99 @@
+"""Simulator speed and memory benchmark (issue 2): writes results/bench/sim_speed.json.
+
+1. Tiresias on Pollux workload-6 (16x4 T4): wall time of the simulation (models warm) and cold (including
+   loading and fitting the profiles). Target ≤ 1 s; the Pollux artifact needs ~27 s for the same run.
+2. Full replay of the Philly-derived trace (jobs ≥ 60 s and < 1000 GPU-hours: ~74k) with fifo and tiresias
+   on 64x4 and 640x4 T4; target ≤ 60 s and ≤ 1 GiB peak memory each. Also a scaling series (fraction of
+   the trace × cluster size) to show how wall time and memory grow.
+Each run is a separate process so peak RSS is per run. Run: `python benchmarks/sim_speed.py --out DIR`
+(`--quick` runs a reduced series).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _one(args: tuple[str, str, str, dict[str, Any]]) -> dict[str, Any]:
+    workload, policy, cluster, load_opts = args
+    t0 = time.perf_counter()
+    from elastisched.core.cluster import parse_cluster
+    from elastisched.models import PerfModels
+    from elastisched.policies.base import make_policy
+    from elastisched.sim import SimConfig, simulate
+    from elastisched.workloads import load_workload
+    from elastisched.workloads.traces import load_raw_trace
+
+    models = PerfModels.load()
+    if workload == "philly":
+        wl = load_raw_trace(None, models, **load_opts)
+    else:
+        wl = load_workload(workload, models)
+    t_load = time.perf_counter() - t0
+    nodes = parse_cluster(cluster)
+    if workload != "philly":  # warm the throughput fits so the timed run measures the simulator
+        simulate(wl, make_policy(policy), nodes, models, SimConfig())
+    t1 = time.perf_counter()
+    r = simulate(wl, make_policy(policy), nodes, models, SimConfig())
+    wall = time.perf_counter() - t1
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux reports KiB)
+    s = r.summary
+    return {"workload": workload, "load": load_opts, "policy": policy, "cluster": cluster,
+            "gpus": sum(n.num_gpus for n in nodes), "jobs": s["n_jobs"], "finished": s["n_finished"],
+            "wall_seconds": wall, "load_seconds": t_load, "cold_seconds": time.perf_counter() - t0,
+            "events": s["events"], "rounds": s["rounds"], "events_per_second": s["events"] / wall,
+            "peak_rss_mib": peak, "decision_ms_p50": s["decision_ms_p50"], "decision_ms_p99": s["decision_ms_p99"],
+            "decision_ms_max": s["decision_ms_max"], "avg_jct": s["avg_jct"], "avg_queue": s["avg_queue"]}
+
+
+def run(cases: list[tuple[str, str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    out = []
+    ctx = mp.get_context("spawn")
+    for case in cases:
+        with ctx.Pool(1) as pool:
+            res = pool.apply(_one, (case,))
+        print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in res.items()}), flush=True)
+        out.append(res)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("results/bench"))
+    ap.add_argument("--quick", action="store_true", help="reduced scaling series")
+    a = ap.parse_args()
+    cases: list[tuple[str, str, str, dict[str, Any]]] = [("pollux:workload-6", "tiresias", "16x4:t4", {})]
+    for cluster in ("64x4:t4", "640x4:t4"):
+        for pol in ("fifo", "tiresias"):
+            cases.append(("philly", pol, cluster, {}))
+    fractions = (10_000, 40_000) if a.quick else (5_000, 10_000, 20_000, 40_000)
+    for n in fractions:  # growth with jobs (same cluster) — tiresias on 640x4
+        cases.append(("philly", "tiresias", "640x4:t4", {"sample": n, "seed": 0}))
+    for cluster in ("160x4:t4", "320x4:t4", "1280x4:t4"):  # growth with GPUs (same jobs)
+        cases.append(("philly", "tiresias", cluster, {}))
+    results = run(cases)
+    w6 = results[0]
+    full = [r for r in results[1:5]]
+    summary = {
+        "tiresias_workload6_wall_s": w6["wall_seconds"], "tiresias_workload6_cold_s": w6["cold_seconds"],
+        "tiresias_workload6_target_s": 1.0, "pollux_artifact_s": 27.0,
+        "philly_full": [{k: r[k] for k in ("policy", "cluster", "jobs", "wall_seconds", "peak_rss_mib",
+                                            "events_per_second", "decision_ms_p50", "decision_ms_max")}
+                        for r in full],
+        "philly_targets": {"wall_s": 60.0, "peak_mib": 1024.0},
+        "all_targets_met": w6["wall_seconds"] <= 1.0 and all(
+            r["wall_seconds"] <= 60.0 and r["peak_rss_mib"] <= 1024.0 for r in full),
+    }
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "sim_speed.json").write_text(json.dumps({"summary": summary, "runs": results}, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
