@@ -7,7 +7,7 @@ so that the same snapshot can be replayed for debugging or determinism checks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -162,18 +162,43 @@ class JobView:
 class ClusterSnapshot:
     """Everything a policy may look at in one round.
 
-    `jobs` is a fresh mapping each round (never mutated after the policy gets it).
+    `jobs` holds every active (submitted, unfinished) job in submission order. It is read-only and valid for
+    the round: a policy must not keep it (the simulator reuses its storage to stay O(changes) per round).
+    `running`, `free` (free GPUs per type) and `node_used` (GPUs in use per node, in `nodes` order) are
+    engine-owned aggregates a backend may pass so that policies and the placer need not recompute them from
+    `jobs`; when absent they are derived.
     `reclaim_demand` is the number of loanable (inference) servers that must be returned now (Lyra); the
     policy answers with `Decision.reclaim`.
     """
 
     now: float
     nodes: tuple[NodeView, ...]
-    jobs: Mapping[JobId, JobView]  # every active (submitted, unfinished) job, in submission order
+    jobs: Mapping[JobId, JobView]
     reclaim_demand: int = 0
+    running: Mapping[JobId, JobView] | None = None
+    free: Mapping[str, int] | None = None
+    node_used: Sequence[int] | None = None
 
     def job(self, job_id: JobId) -> JobView:
         return self.jobs[job_id]
+
+    def running_jobs(self) -> Mapping[JobId, JobView]:
+        """Jobs holding GPUs now."""
+        if self.running is not None:
+            return self.running
+        return {jid: j for jid, j in self.jobs.items() if j.allocation.gpus}
+
+    def free_by_type(self) -> dict[str, int]:
+        """Free GPUs per type now (a fresh dict the caller may modify)."""
+        if self.free is not None:
+            return dict(self.free)
+        out = dict(_capacity(self.nodes))
+        types = {n.node_id: n.gpu_type for n in self.nodes}
+        for j in self.running_jobs().values():
+            for n, g in j.allocation.placement:
+                if n in types:
+                    out[types[n]] -= g
+        return out
 
     @property
     def total_gpus(self) -> int:

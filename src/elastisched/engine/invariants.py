@@ -25,7 +25,7 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
         job = snap.jobs.get(jid)
         if job is None:
             raise InvariantViolation(f"decision allocates unknown or finished job {jid!r}")
-        if free is not None and job.allocation.placement == a.placement and a.placement:
+        if free is not None and (a is job.allocation or (a.placement and job.allocation.placement == a.placement)):
             continue  # unchanged since it was checked when placed; capacity comes from `free`
         spec = job.spec
         g = a.gpus

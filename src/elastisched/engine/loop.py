@@ -39,11 +39,13 @@ def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation]) -> tuple[Act
     actions: list[Action] = []
     for jid, a in allocs.items():
         cur = snap.jobs[jid].allocation
+        if a is cur:
+            continue
         if not cur.placement:
             actions.append(Action(ActionKind.LAUNCH, jid, a, cur))
         elif not same_allocation(cur, a):
             actions.append(Action(ActionKind.RESIZE, jid, a, cur))
-    for jid, job in snap.jobs.items():
+    for jid, job in snap.running_jobs().items():
         if job.allocation.placement and jid not in allocs:
             actions.append(Action(ActionKind.SUSPEND, jid, NO_ALLOCATION, job.allocation))
     return tuple(actions)

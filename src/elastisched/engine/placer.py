@@ -58,16 +58,33 @@ def place(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot) -> dict[Job
 
 def place_with_free(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                     ) -> tuple[dict[JobId, Allocation], np.ndarray]:
-    """`place`, plus the free GPUs per node left afterwards (negative = over capacity)."""
+    """`place`, plus the free GPUs per node left afterwards (negative = over capacity).
+
+    When the snapshot carries `node_used`, allocations that are the very objects the jobs hold now are
+    taken as they are and cost nothing: a round costs O(changed jobs), not O(running jobs).
+    """
     idx = node_index(snap.nodes)
-    free = idx.capacity.copy()
     out: dict[JobId, Allocation] = {}
     todo: list[tuple[JobId, Allocation]] = []
+    incremental = snap.node_used is not None
+    if incremental:
+        free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+        for jid, job in snap.running_jobs().items():
+            if allocs.get(jid) is not job.allocation:  # changes or stops: release what it holds now
+                for n, g in job.allocation.placement:
+                    i = idx.pos.get(n)
+                    if i is not None:
+                        free[i] += g
+    else:
+        free = idx.capacity.copy()
     for jid, a in allocs.items():
         if a.gpus <= 0:
             continue
+        job = snap.jobs.get(jid)
+        if incremental and job is not None and a is job.allocation:
+            out[jid] = a
+            continue
         if a.is_open:
-            job = snap.jobs.get(jid)
             cur = job.allocation if job is not None else None
             if (cur is not None and cur.placement and cur.gpus == a.num_gpus
                     and all(n in idx.pos for n in cur.nodes)

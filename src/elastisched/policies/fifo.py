@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision
-from elastisched.policies._common import fits, take
+from elastisched.policies._common import fits
 from elastisched.policies.base import Policy, PolicyContext, register
 
 MAX_REASONS = 1000  # cap the REASON bookkeeping on very deep queues
@@ -17,19 +17,15 @@ class FifoPolicy(Policy):
     needs_progress = False
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
-        free = snap.capacity_by_type()
-        allocs: dict[str, Allocation] = {}
-        pending = []
-        for jid, job in snap.jobs.items():
-            if job.allocation.gpus:
-                allocs[jid] = job.allocation  # keep as is (identity lets the engine skip it cheaply)
-                take(free, snap, job.allocation)
-            else:
-                pending.append(jid)
+        free = snap.free_by_type()
+        running = snap.running_jobs()
+        allocs: dict[str, Allocation] = {jid: j.allocation for jid, j in running.items()}
         reasons: dict[str, str] = {}
         blocked = False
-        for jid in pending:
-            spec = snap.jobs[jid].spec
+        for jid, job in snap.jobs.items():
+            if jid in running:
+                continue
+            spec = job.spec
             if not blocked:
                 t = fits(free, spec.gpu_types, spec.num_gpus)
                 if t is not None:

@@ -46,7 +46,7 @@ class SrtfPolicy(Policy):
             need = job.spec.num_gpus
             cur = job.allocation
             if cur.gpus and free.get(types[cur.placement[0][0]], 0) >= need:
-                allocs[job.job_id] = Allocation(cur.placement, 0, None, cur.batch_size)
+                allocs[job.job_id] = cur
                 take(free, snap, cur)
                 continue
             t = fits(free, job.spec.gpu_types, need)

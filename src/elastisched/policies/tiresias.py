@@ -54,8 +54,7 @@ class TiresiasPolicy(Policy):
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         self._sync(snap)
         now = snap.now
-        for jid in [j for j in self._q0 if snap.jobs[j].allocation.gpus
-                    and snap.jobs[j].attained(now) >= self.threshold]:
+        for jid in [j for j, v in snap.running_jobs().items() if j in self._q0 and v.attained(now) >= self.threshold]:
             del self._q0[jid]
             self._q1[jid] = None
         free = snap.capacity_by_type()
@@ -72,7 +71,7 @@ class TiresiasPolicy(Policy):
                 if cur.gpus:
                     t = node_types(snap)[cur.placement[0][0]]
                     if free.get(t, 0) >= need:
-                        allocs[jid] = Allocation(cur.placement, 0, None, cur.batch_size)
+                        allocs[jid] = cur
                         take(free, snap, cur)
                         total_free -= need
                         if q is self._q0:

@@ -67,8 +67,8 @@ class SimJob:
             self.rates = self.app.efficiency.gains(self.cfg.global_batch) / t_iter
         return float(self.rates[min(epoch, len(self.rates) - 1)])
 
-    def advance(self, t: float) -> None:
-        """Bring progress and accounting up to time `t`."""
+    def advance(self, t: float, finishing: bool = False) -> None:
+        """Bring progress and accounting up to time `t` (`finishing`: `t` is the completion instant)."""
         dt = t - self.updated
         if dt <= 0:
             return
@@ -77,6 +77,11 @@ class SimJob:
             self.attained += dt * g
             self.run_time += dt
             self.gpu_seconds_by_type[self.gpu_type] = self.gpu_seconds_by_type.get(self.gpu_type, 0.0) + dt * g
+            if finishing:
+                self.progress, self.epoch = self.total, len(self.bounds) - 1
+                self.updated = t
+                self.view = None
+                return
             now = max(self.updated, min(t, self.restart_until))
             while now < t and self.epoch < len(self.bounds) - 1:
                 r = self.rate(self.epoch)

@@ -20,12 +20,13 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from elastisched.core.events import ActionKind
-from elastisched.core.types import NO_ALLOCATION, ClusterSnapshot, JobId, NodeView, Pool
+from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
 from elastisched.engine.loop import Engine
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
@@ -92,8 +93,17 @@ class Simulator:
         self._total_for: tuple[NodeView, ...] | None = None
         self._total = 0
         self.busy = 0  # GPUs allocated now
+        # engine-owned aggregates, maintained incrementally so a round costs O(changes)
+        self.views: dict[JobId, JobView] = {}
+        self.running_views: dict[JobId, JobView] = {}
+        self.stale: set[JobId] = set()
+        self.free: dict[str, int] = {}
+        self.node_used = np.zeros(0, dtype=np.int64)
+        self._used_for: tuple[NodeView, ...] | None = None
         self._map_for: tuple[NodeView, ...] | None = None
         self._map: dict[str, NodeView] = {}
+        self._pos_for: tuple[NodeView, ...] | None = None
+        self._pos: dict[str, int] = {}
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any) -> None:
@@ -105,19 +115,24 @@ class Simulator:
         bounds = [b * spec.work_scale for b in app.epoch_end]
         job = SimJob(spec, app, bounds, updated=self.now)
         self.jobs[spec.job_id] = job
+        self.stale.add(spec.job_id)
         on_submit = getattr(self.policy, "on_submit", None)
         if on_submit is not None:
             on_submit(spec, self.now)
 
     def _complete(self, job: SimJob) -> None:
-        job.advance(self.now)
+        job.advance(self.now, finishing=True)
         job.progress = job.total
         job.end_time = self.now
-        self.busy -= job.allocation.gpus
+        self._account(job.allocation, -1)
         job.allocation = NO_ALLOCATION
         job.view = None
-        del self.jobs[job.spec.job_id]
-        self.running.pop(job.spec.job_id, None)
+        jid = job.spec.job_id
+        del self.jobs[jid]
+        self.running.pop(jid, None)
+        self.views.pop(jid, None)
+        self.running_views.pop(jid, None)
+        self.stale.discard(jid)
         self.done.append(job)
         on_finish = getattr(self.policy, "on_finish", None)
         if on_finish is not None:
@@ -134,10 +149,60 @@ class Simulator:
     # ------------------------------------------------------------------ rounds
     def _snapshot(self) -> ClusterSnapshot:
         if getattr(self.policy, "needs_progress", True):
-            for job in self.running.values():
+            for jid, job in self.running.items():
                 job.advance(self.now)
-        views = {jid: j.make_view(self.now) for jid, j in self.jobs.items()}
-        return ClusterSnapshot(self.now, self.nodes, views, self.reclaim_demand)
+                self.stale.add(jid)
+        for jid in self.stale:
+            job = self.jobs.get(jid)
+            if job is None:
+                continue
+            job.view = None
+            v = self.views[jid] = job.make_view(self.now)
+            if job.allocation.gpus:
+                self.running_views[jid] = v
+            else:
+                self.running_views.pop(jid, None)
+        self.stale.clear()
+        self._sync_node_used()
+        return ClusterSnapshot(self.now, self.nodes, MappingProxyType(self.views), self.reclaim_demand,
+                               MappingProxyType(self.running_views), MappingProxyType(self.free),
+                               self._used_view())
+
+    def _used_view(self) -> np.ndarray:
+        used = self.node_used.copy()
+        used.flags.writeable = False
+        return used
+
+    def _sync_node_used(self) -> None:
+        """Rebuild per-node usage after the node set changed (loans come and go; rare)."""
+        if self._used_for is self.nodes:
+            return
+        pos = {n.node_id: i for i, n in enumerate(self.nodes)}
+        self.node_used = np.zeros(len(self.nodes), dtype=np.int64)
+        self.free = {}
+        for n in self.nodes:
+            self.free[n.gpu_type] = self.free.get(n.gpu_type, 0) + n.num_gpus
+        for job in self.running.values():
+            for n, g in job.allocation.placement:
+                if n in pos:
+                    self.node_used[pos[n]] += g
+                    self.free[self.nodes[pos[n]].gpu_type] -= g
+        self._used_for = self.nodes
+
+    def _account(self, alloc: Allocation, sign: int) -> None:
+        """Add (+1) or release (-1) an allocation in the busy / free / per-node aggregates."""
+        if not alloc.placement:
+            return
+        self.busy += sign * alloc.gpus
+        if self._used_for is not self.nodes:
+            return  # rebuilt from scratch at the next snapshot
+        pos = self._node_pos()
+        for n, g in alloc.placement:
+            i = pos.get(n)
+            if i is not None:
+                self.node_used[i] += sign * g
+                t = self.nodes[i].gpu_type
+                self.free[t] -= sign * g
 
     def _return_nodes(self, chosen: Sequence[str]) -> None:
         """Give reclaimed servers back; jobs still on them lose those GPUs (a forced preemption)."""
@@ -160,7 +225,8 @@ class Simulator:
     def _apply_allocation(self, job: SimJob, alloc: Any) -> None:
         jid = job.spec.job_id
         job.version += 1
-        self.busy -= job.allocation.gpus
+        self._account(job.allocation, -1)
+        self.stale.add(jid)
         job.view = None
         job.rates = None
         if not alloc.placement:
@@ -180,7 +246,7 @@ class Simulator:
         job.restart_until = self.now + (self.cfg.restart_cost if self.cfg.restart_cost is not None
                                         else job.app.restart_cost)
         job.launches += 1
-        self.busy += gpus
+        self._account(alloc, +1)
         if job.start_time is None:
             job.start_time = self.now
         else:
@@ -208,6 +274,11 @@ class Simulator:
             self._apply_allocation(job, act.allocation)
         self.timeline.append((self.now, self.busy, self.engine_total_gpus(), len(self.active_loans)))
         return res.decision.next_round_at
+
+    def _node_pos(self) -> dict[str, int]:
+        if self._pos_for is not self.nodes:
+            self._pos_for, self._pos = self.nodes, {n.node_id: i for i, n in enumerate(self.nodes)}
+        return self._pos
 
     def _node_map(self) -> dict[str, NodeView]:
         if self._map_for is not self.nodes:
