@@ -164,7 +164,13 @@ def _optional_plugins() -> None:
                 continue
             raise
         register = getattr(mod, "register", None)
-        if register is not None:
+        if register is None:
+            continue
+        if module == "elastisched.loaning.reproduce":
+            from elastisched.runner import lyra_runner
+
+            register(target, lyra_runner)
+        else:
             register(target)
 
 

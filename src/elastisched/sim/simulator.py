@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -140,8 +140,9 @@ class Simulator:
 
     def _set_loans(self, n: int) -> None:
         have = len(self.active_loans)
-        if n > have:
-            self.active_loans.extend(self.loan_nodes[have:n])
+        if n > have:  # lend servers that are not on loan now (returns may have left gaps)
+            active = {x.node_id for x in self.active_loans}
+            self.active_loans.extend([x for x in self.loan_nodes if x.node_id not in active][: n - have])
             self.nodes = self.train_nodes + tuple(self.active_loans)
         elif n < have:
             self.reclaim_demand += have - n
@@ -204,8 +205,9 @@ class Simulator:
                 t = self.nodes[i].gpu_type
                 self.free[t] -= sign * g
 
-    def _return_nodes(self, chosen: Sequence[str]) -> None:
-        """Give reclaimed servers back; jobs still on them lose those GPUs (a forced preemption)."""
+    def _return_nodes(self, chosen: Sequence[str], placed: Mapping[JobId, Allocation]) -> None:
+        """Give reclaimed servers back. A job the decision moved off them (an elastic scale-in) is resized; a
+        job still on them, or stopped, is preempted (its work is kept: checkpoint on signal)."""
         demand = self.reclaim_demand
         pick = [n for n in self.active_loans if n.node_id in set(chosen)][:demand]
         if len(pick) < demand:  # the policy did not choose (enough): return the most recently loaned
@@ -213,8 +215,10 @@ class Simulator:
             pick += rest[: demand - len(pick)]
         gone = {n.node_id for n in pick}
         hit = [j for j in self.running.values() if any(n in gone for n in j.allocation.nodes)]
-        self.reclaims.append({"time": self.now, "servers": sorted(gone), "preempted": len(hit)})
-        for job in hit:
+        pre = [j for j in hit if (a := placed.get(j.spec.job_id)) is None or any(n in gone for n in a.nodes)]
+        self.reclaims.append({"time": self.now, "servers": sorted(gone), "preempted": len(pre),
+                              "scaled_in": len(hit) - len(pre)})
+        for job in pre:
             job.advance(self.now)
             job.preemptions += 1
             self._apply_allocation(job, NO_ALLOCATION)
@@ -262,12 +266,14 @@ class Simulator:
         res = self.engine.round(snap)
         self.latencies.append(res.latency_s)
         if self.reclaim_demand:
-            self._return_nodes(res.decision.reclaim)
+            self._return_nodes(res.decision.reclaim, res.allocations)
         for act in res.actions:
             job = self.jobs[act.job_id]
             if act.kind is not ActionKind.LAUNCH or job.updated < self.now:
                 job.advance(self.now)
             if act.kind is ActionKind.SUSPEND:
+                if not job.allocation.placement:
+                    continue  # already preempted by the reclaim
                 job.preemptions += 1
             elif act.allocation.placement and any(n not in self._node_map() for n in act.allocation.nodes):
                 continue  # placed on a node that was just returned; the job waits for the next round

@@ -1,0 +1,160 @@
+"""Loan-aware best-fit-decreasing placement for Lyra (lyra.md §2.3, §7 row 4).
+
+Input: per job a target GPU count, how many of those are *base* GPUs (an inelastic job's whole request, an
+elastic job's `min_gpus`), its GPU type, and its current placement (with reclaimed servers already removed).
+
+1. Running jobs keep their nodes. A job that shrinks sheds GPUs from loaned servers first, then from the
+   nodes where it has the fewest GPUs (its workers stay consolidated).
+2. New base parts, largest first (BFD), go to **training** servers first, loaned ones only when training
+   servers of the type are full (lyra.md §7 row 4: inelastic jobs may use loaned servers, deprioritised).
+3. Extra parts (elastic growth), largest first, go to **loaned** servers first ("flexible" workers,
+   lyra.md §2.3 [P]) so that most reclaims become scale-ins, preferring nodes that already host the job.
+Within a pool a part goes to the node with the least free GPUs that holds it whole (best fit); if no node
+holds it whole, the node with the most free GPUs takes what it can and the rest is placed the same way.
+A base part that cannot be placed in full leaves the job unplaced; an extra part that cannot is not granted
+(the caller's per-type GPU accounting makes both rare: they need more GPUs of a type than are free).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from elastisched.core.types import NodeId, NodeView, Pool
+
+Placement = tuple[tuple[NodeId, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    job_id: str
+    gpus: int  # target total GPUs
+    base: int  # GPUs that prefer training servers
+    gpu_type: str
+    current: Placement = ()
+
+
+class Board:
+    """Free GPUs per node, with nodes bucketed by (type, pool, free GPUs) in lazy min-heaps of node positions,
+    so a best-fit pick costs O(distinct free counts · log nodes), not a scan of every node."""
+
+    def __init__(self, nodes: Sequence[NodeView], exclude: frozenset[NodeId] | set[NodeId] = frozenset()) -> None:
+        self.nodes = tuple(nodes)
+        self.pos = {n.node_id: i for i, n in enumerate(self.nodes)}
+        self.free = [0 if n.node_id in exclude else n.num_gpus for n in self.nodes]
+        self.loan = [n.pool is Pool.LOANABLE for n in self.nodes]
+        self.type = [n.gpu_type for n in self.nodes]
+        self.total: dict[str, int] = {}
+        self.buckets: dict[tuple[str, bool], dict[int, list[int]]] = {}
+        for i, f in enumerate(self.free):
+            self.total[self.type[i]] = self.total.get(self.type[i], 0) + f
+            if f > 0:
+                self.buckets.setdefault((self.type[i], self.loan[i]), {}).setdefault(f, []).append(i)
+
+    def take(self, i: int, k: int) -> None:
+        self.free[i] -= k
+        self.total[self.type[i]] -= k
+        if self.free[i] > 0:
+            heapq.heappush(self.buckets[(self.type[i], self.loan[i])].setdefault(self.free[i], []), i)
+
+    def _top(self, heap: list[int], f: int) -> int:
+        while heap and self.free[heap[0]] != f:
+            heapq.heappop(heap)  # stale: that node's free count changed since it was pushed
+        return heap[0] if heap else -1
+
+    def _pick(self, key: tuple[str, bool], need: int) -> int:
+        """Best fit (least free GPUs that hold `need`, lowest position); else the most free, lowest position."""
+        b = self.buckets.get(key)
+        if not b:
+            return -1
+        counts = sorted(b)
+        for f in counts:
+            if f >= need and (i := self._top(b[f], f)) >= 0:
+                return i
+        for f in reversed(counts):
+            if (i := self._top(b[f], f)) >= 0:
+                return i
+        return -1
+
+    def fill(self, need: int, gpu_type: str, prefer_loan: bool, hosts: Sequence[int] = ()
+             ) -> list[tuple[int, int]] | None:
+        """Take `need` GPUs of one type (module docstring rules); None (and nothing taken) if impossible."""
+        if self.total.get(gpu_type, 0) < need:
+            return None
+        taken: list[tuple[int, int]] = []
+        for loan in ((True, False) if prefer_loan else (False, True)):
+            while need > 0:
+                i = -1
+                for h in hosts:  # a node already hosting the job that holds the rest whole
+                    if self.loan[h] == loan and self.type[h] == gpu_type and self.free[h] >= need:
+                        i = h
+                        break
+                if i < 0:
+                    i = self._pick((gpu_type, loan), need)
+                if i < 0:
+                    break
+                k = min(self.free[i], need)
+                self.take(i, k)
+                taken.append((i, k))
+                need -= k
+        return taken
+
+
+def _shed(current: Placement, keep: int, board: Board) -> list[tuple[int, int]]:
+    """Keep `keep` of the current GPUs: drop loaned nodes first, then the nodes with the fewest GPUs."""
+    cur = [(board.pos[n], g) for n, g in current if n in board.pos]
+    left = dict(cur)
+    drop = sum(g for _, g in cur) - keep
+    for i, g in sorted(cur, key=lambda x: (not board.loan[x[0]], x[1], -x[0])):  # first = dropped first
+        if drop <= 0:
+            break
+        d = min(g, drop)
+        left[i] -= d
+        drop -= d
+    return [(i, left[i]) for i, _ in cur if left[i] > 0]
+
+
+def place(nodes: Sequence[NodeView], wants: Sequence[Want],
+          exclude: frozenset[NodeId] | set[NodeId] = frozenset()) -> dict[str, Placement]:
+    """Placements for `wants` (module docstring); jobs that cannot be placed are absent."""
+    board = Board(nodes, exclude)
+    held: dict[str, list[tuple[int, int]]] = {}
+    todo_base: list[tuple[Want, int]] = []
+    todo_extra: list[tuple[Want, int]] = []
+    for w in wants:
+        if w.gpus <= 0:
+            continue
+        cur_total = sum(g for n, g in w.current if n in board.pos)
+        if cur_total:
+            kept = _shed(w.current, min(cur_total, w.gpus), board)
+            for i, g in kept:
+                board.take(i, g)
+            held[w.job_id] = kept
+            if w.gpus > cur_total:
+                todo_extra.append((w, w.gpus - cur_total))
+        else:
+            held[w.job_id] = []
+            todo_base.append((w, min(w.base, w.gpus)))
+            if w.gpus > w.base:
+                todo_extra.append((w, w.gpus - w.base))
+    failed: set[str] = set()  # base part did not fit: the job is not placed this round
+    for parts, prefer_loan in ((todo_base, False), (todo_extra, True)):
+        for w, need in sorted(parts, key=lambda x: -x[1]):
+            if w.job_id in failed:
+                continue
+            got = board.fill(need, w.gpu_type, prefer_loan, [i for i, _ in held[w.job_id]])
+            if got is not None:
+                held[w.job_id].extend(got)
+            elif not prefer_loan:
+                failed.add(w.job_id)  # an extra part that does not fit is simply not granted
+    out: dict[str, Placement] = {}
+    for w in wants:
+        lst = held.get(w.job_id)
+        if not lst or w.job_id in failed:
+            continue
+        merged: dict[int, int] = {}
+        for i, g in lst:
+            merged[i] = merged.get(i, 0) + g
+        out[w.job_id] = tuple((board.nodes[i].node_id, g) for i, g in merged.items() if g > 0)
+    return out

@@ -1,0 +1,273 @@
+"""Lyra (EuroSys'23): elastic scheduling with capacity loaning (lyra.md §2, §6).
+
+One round:
+
+0. **Reclaim** (lyra.md §2.1): when `snap.reclaim_demand = r > 0`, choose the r loaned servers to return with
+   `elastisched.loaning.reclaim.choose(self.reclaim, ...)` (greedy on server preemption cost by default)
+   and answer them in `Decision.reclaim`. Jobs the return preempts lose their GPUs and queue again; elastic
+   jobs that only lose extra GPUs keep the rest (scale-in). The round then schedules without those servers.
+1. **Phase 1, SJF** (lyra.md §2.2, §7 rows 5–7): running jobs keep their base (inelastic: all their GPUs;
+   elastic: `min_gpus`); pending jobs, shortest predicted remaining time at base size first, get their base
+   when it fits in the free GPUs of an allowed type, else they wait and later jobs may pass (backfill).
+2. **Phase 2, MCKP** (lyra.md §2.2, §7 row 8): per GPU type, each admitted elastic job is a group with items
+   "k extra GPUs", weight k, value = predicted JCT reduction `T(b) − T(b+k)`; capacity = that type's free
+   GPUs after phase 1. Solved exactly by DP (`_mckp.solve_dp`) when items × capacity ≤ `exact_budget`, else
+   by the hull greedy (`_mckp.solve_greedy`); `solver` forces one.
+3. **Placement** (lyra.md §2.3): `elastisched.loaning.placement.place` — running jobs keep their nodes, base
+   GPUs best-fit on training servers, extra GPUs best-fit on loaned servers.
+
+Readings (written down as the design asks):
+- Predicted remaining time `T(b+k)` = remaining work / goodput with b base GPUs packed on nodes of the type
+  plus k extras packed on other nodes (where the placement puts them), at the job's own global batch and
+  current epoch (the models' goodput; lyra.md §2.4 option (c)).
+  Without performance models (ctx.perf None) it is linear: remaining fraction × duration × num_gpus / n.
+- A worker is one GPU. Elastic growth stops at `max_gpus` and at `batch_size // min_local_bsz` GPUs (beyond
+  that the profile cannot spread the batch; the same cap as the Optimus artifact).
+- Anti-thrash rule (lyra.md §7 row 11): a running job whose placement the round did not disturb pays its
+  restart cost for any change of its extra count: `v(k) −= rescale_penalty × restart_cost` for k ≠ its
+  current extras (a rescale stalls the job that long, so it lengthens its JCT by that much). Newly started
+  jobs and jobs a reclaim already scaled in pay no penalty (they restart anyway).
+- A job runs on one GPU type; a running job stays on its type. `elastic_scaling=False` treats every job as
+  inelastic (the "loaning only" ablation). A job the workload does not mark elastic is inelastic.
+- `compare_reclaim=True` also evaluates every reclaim method on each reclaim instance (logged in
+  `reclaim_log` as `preempted_<method>`; MILP only up to `milp_max_servers` loaned servers) without
+  changing the decision; `check_mckp=True` logs the phase-2 greedy and exact values of every round.
+- `Decision.next_round_at` is +inf: decisions change on events (arrival, completion, loan, reclaim); the
+  periodic tick only re-runs rounds when `periodic=True`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, NodeId
+from elastisched.loaning.placement import Want, place
+from elastisched.loaning.reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
+from elastisched.policies import _mckp
+from elastisched.policies.base import Policy, PolicyContext, register
+
+INF = math.inf
+DEFAULT_DURATION = 3600.0  # linear fallback model: a job with no duration is taken to run an hour
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    view: JobView
+    gpu_type: str
+    base: int  # phase-1 GPUs
+    cap: int  # most GPUs phase 2 may give
+    current: tuple[tuple[NodeId, int], ...]  # placement surviving the reclaim (() when pending)
+    disturbed: bool  # the reclaim changed its placement this round
+
+
+def _packed(n: int, per_node: int) -> tuple[int, ...]:
+    full, rest = divmod(n, per_node)
+    return (per_node,) * full + ((rest,) if rest else ())
+
+
+@register
+class LyraPolicy(Policy):
+    name = "lyra"
+    description = ("Lyra: SJF for base demands, multiple-choice knapsack over elastic jobs' extra GPUs, "
+                   "loan-aware best-fit placement, minimal-preemption reclaim of loaned servers.")
+    interval = 60.0
+    elastic = True
+    needs_progress = True
+
+    def __init__(self, reclaim: str = "greedy", elastic_scaling: bool = True, solver: str = "auto",
+                 exact_budget: int = 4_000_000, rescale_penalty: float = 1.0, check_mckp: bool = False,
+                 periodic: bool = False, compare_reclaim: bool = False, milp_max_servers: int = 64) -> None:
+        if reclaim not in METHODS:
+            raise ValueError(f"reclaim={reclaim!r}: known {', '.join(METHODS)}")
+        if solver not in ("auto", "dp", "greedy"):
+            raise ValueError(f"solver={solver!r}: known auto, dp, greedy")
+        self.reclaim = reclaim
+        self.elastic_scaling = elastic_scaling
+        self.solver = solver
+        self.exact_budget = exact_budget
+        self.rescale_penalty = rescale_penalty
+        self.check_mckp = check_mckp
+        self.periodic = periodic
+        self.compare_reclaim = compare_reclaim
+        self.milp_max_servers = milp_max_servers
+        self.reclaim_log: list[dict[str, Any]] = []
+        self.mckp_log: list[dict[str, float]] = []
+        self._gp: dict[tuple[Any, ...], np.ndarray] = {}
+
+    # ------------------------------------------------------------------ predictions
+    def _rates(self, ctx: PolicyContext, job: JobView, t: str, base: int, k_max: int, per_node: int) -> np.ndarray:
+        """Goodput (progress/s) with `base` GPUs plus k = 0..`k_max` extras of type t.
+
+        The extras are predicted on nodes of their own (shape `packed(base) + packed(k)`): the placement puts
+        them on loaned servers, not next to the base, so a packed prediction would overrate them.
+        Cached per (app, type, batch, epoch, node size, base).
+        """
+        spec = job.spec
+        key = (spec.application, t, spec.batch_size, job.epoch, per_node, base)
+        r = self._gp.get(key)
+        if r is None or len(r) <= k_max:
+            app = ctx.perf.app(spec.application)  # type: ignore[union-attr]
+            e = min(job.epoch, app.max_epochs - 1)
+            have = 0 if r is None else len(r)
+            shape0 = _packed(base, per_node)
+            new = [app.goodput(t, shape0 + _packed(k, per_node), app.batch_config(base + k, spec.batch_size), e)
+                   for k in range(have, max(k_max + 1, 2 * have))]
+            r = np.maximum(np.array(new), 1e-12) if r is None else np.concatenate([r, np.maximum(new, 1e-12)])
+            if len(self._gp) > 50_000:
+                self._gp.clear()
+            self._gp[key] = r
+        return r
+
+    def _times(self, ctx: PolicyContext, job: JobView, t: str, base: int, k_max: int, per_node: int) -> np.ndarray:
+        """Predicted remaining seconds with `base` + 0..k_max GPUs."""
+        if ctx.perf is None:
+            spec = job.spec
+            work = (spec.duration or DEFAULT_DURATION) * spec.num_gpus * job.remaining_fraction
+            return work / np.arange(base, base + k_max + 1, dtype=float)
+        rem = max(job.total_work - job.progress, 0.0)
+        return rem / self._rates(ctx, job, t, base, k_max, per_node)[: k_max + 1]
+
+    # ------------------------------------------------------------------ round
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        node_type = {n.node_id: n.gpu_type for n in snap.nodes}
+        choice = self._reclaim(snap, ctx) if snap.reclaim_demand > 0 else None
+        gone = frozenset(choice.servers) if choice else frozenset()
+        free: dict[str, int] = {}
+        per_node: dict[str, int] = {}
+        for n in snap.nodes:
+            if n.node_id not in gone:
+                free[n.gpu_type] = free.get(n.gpu_type, 0) + n.num_gpus
+                per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
+        admitted: list[_Job] = []
+        pending: list[tuple[float, float, str, JobView, list[str]]] = []
+        for jid, job in snap.jobs.items():
+            cur = job.allocation.placement
+            if choice is not None and jid in choice.preempted:
+                cur = ()
+            surv = tuple((n, g) for n, g in cur if n not in gone)
+            disturbed = len(surv) != len(cur)
+            spec = job.spec
+            elastic = self.elastic_scaling and spec.elastic
+            if surv:
+                t = node_type[surv[0][0]]
+                g = sum(x for _, x in surv)
+                base = min(spec.min_gpus, g) if elastic else g
+                free[t] -= base
+                admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), surv, disturbed))
+                continue
+            types = self._types(ctx, job, free)
+            if not types:
+                continue
+            base = spec.min_gpus if elastic else spec.num_gpus
+            t0 = types[0]
+            sjf = float(self._times(ctx, job, t0, base, 0, per_node[t0])[0])
+            pending.append((sjf, spec.submit_time, jid, job, types))
+        reasons: dict[str, str] = {}
+        pending.sort(key=lambda x: (x[0], x[1], x[2]))
+        for _, _, jid, job, types in pending:
+            spec = job.spec
+            elastic = self.elastic_scaling and spec.elastic
+            base = spec.min_gpus if elastic else spec.num_gpus
+            fit = [t for t in types if free[t] >= base]
+            if not fit:
+                reasons[jid] = "Resources"
+                continue
+            t = max(fit, key=lambda x: free[x])
+            free[t] -= base
+            admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), (), False))
+        extra = self._phase2(snap, ctx, admitted, free, per_node)
+        wants = [Want(j.view.job_id, j.base + extra.get(j.view.job_id, 0), j.base, j.gpu_type, j.current)
+                 for j in admitted]
+        placed = place(snap.nodes, wants, gone)
+        allocs: dict[str, Allocation] = {}
+        for j in admitted:
+            p = placed.get(j.view.job_id)
+            if p:
+                allocs[j.view.job_id] = Allocation(p, 0, None, j.view.allocation.batch_size)
+            else:
+                reasons[j.view.job_id] = "Placement"
+        return Decision(allocs, reasons, tuple(choice.servers) if choice else (),
+                        None if self.periodic else INF)
+
+    def _cap(self, ctx: PolicyContext, job: JobView, elastic: bool, base: int, t: str) -> int:
+        """Most GPUs phase 2 may give (no growth on a type the job's profile does not cover)."""
+        if not elastic:
+            return base
+        cap = job.spec.gpu_cap
+        if ctx.perf is not None:
+            app = ctx.perf.app(job.spec.application)
+            if t not in app.gpu_types:
+                return base
+            cap = min(cap, max(1, job.spec.batch_size // app.min_local_bsz))
+        return max(base, cap)
+
+    @staticmethod
+    def _types(ctx: PolicyContext, job: JobView, free: dict[str, int]) -> list[str]:
+        types = [t for t in free if not job.spec.gpu_types or t in job.spec.gpu_types]
+        if ctx.perf is not None:
+            known = ctx.perf.app(job.spec.application).gpu_types
+            types = [t for t in types if t in known]
+        return types
+
+    def _reclaim(self, snap: ClusterSnapshot, ctx: PolicyContext) -> ReclaimChoice:
+        servers, holdings = holdings_from_snapshot(snap)
+        choice = choose(self.reclaim, servers, holdings, snap.reclaim_demand, ctx.rng)
+        row: dict[str, Any] = {"time": snap.now, "servers": len(choice.servers), "loaned": len(servers),
+                               "preempted": len(choice.preempted), "scaled_in": len(choice.scaled_in)}
+        if self.compare_reclaim:  # every method on this same instance (seeded separately: ctx.rng untouched)
+            for m in METHODS:
+                if m == "milp" and len(servers) > self.milp_max_servers:
+                    continue
+                alt = choose(m, servers, holdings, snap.reclaim_demand, np.random.default_rng(len(self.reclaim_log)))
+                row[f"preempted_{m}"] = len(alt.preempted)
+        self.reclaim_log.append(row)
+        return choice
+
+    def _phase2(self, snap: ClusterSnapshot, ctx: PolicyContext, admitted: list[_Job], free: dict[str, int],
+                per_node: dict[str, int]) -> dict[str, int]:
+        """Extra GPUs per elastic job: one MCKP per GPU type (module docstring)."""
+        out: dict[str, int] = {}
+        for t, cap in free.items():
+            if cap <= 0:
+                continue
+            jobs = [j for j in admitted if j.gpu_type == t and j.cap > j.base]
+            if not jobs:
+                continue
+            weights: list[np.ndarray] = []
+            values: list[np.ndarray] = []
+            start: list[int] = []
+            for j in jobs:
+                k_max = min(j.cap - j.base, cap)
+                k_now = sum(g for _, g in j.current) - j.base if j.current else 0
+                start.append(k_now if 0 <= k_now <= k_max else 0)
+                times = self._times(ctx, j.view, t, j.base, k_max, per_node[t])
+                v = times[0] - times
+                if j.current and not j.disturbed and self.rescale_penalty > 0:
+                    k_cur = sum(g for _, g in j.current) - j.base
+                    rc = ctx.perf.app(j.view.spec.application).restart_cost if ctx.perf is not None else 30.0
+                    pen = np.full(len(v), self.rescale_penalty * rc)
+                    if 0 <= k_cur < len(v):
+                        pen[k_cur] = 0.0
+                    v = v - pen
+                weights.append(np.arange(len(v), dtype=np.int64))
+                values.append(v)
+            size = sum(len(w) for w in weights) * (cap + 1)
+            use_dp = self.solver == "dp" or (self.solver == "auto" and size <= self.exact_budget)
+            sol = (_mckp.solve_dp(weights, values, cap) if use_dp
+                   else _mckp.solve_greedy(weights, values, cap, start=start))
+            if self.check_mckp:
+                heur = sol if not use_dp else _mckp.solve_greedy(weights, values, cap, start=start)
+                exact = sol if use_dp else _mckp.solve_dp(weights, values, cap)
+                self.mckp_log.append({"time": snap.now, "groups": len(jobs), "capacity": cap,
+                                      "greedy": heur.value, "exact": exact.value})
+            for j, k in zip(jobs, sol.choice, strict=True):
+                if k:
+                    out[j.view.job_id] = int(k)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
