@@ -31,10 +31,7 @@ def _one(args: tuple[str, str, str, dict[str, Any]]) -> dict[str, Any]:
     from elastisched.workloads.traces import load_raw_trace
 
     models = PerfModels.load()
-    if workload == "philly":
-        wl = load_raw_trace(None, models, **load_opts)
-    else:
-        wl = load_workload(workload, models)
+    wl = load_raw_trace(None, models, **load_opts) if workload == "philly" else load_workload(workload, models)
     t_load = time.perf_counter() - t0
     nodes = parse_cluster(cluster)
     if workload != "philly":  # warm the throughput fits so the timed run measures the simulator
@@ -79,7 +76,7 @@ def main() -> None:
         cases.append(("philly", "tiresias", cluster, {}))
     results = run(cases)
     w6 = results[0]
-    full = [r for r in results[1:5]]
+    full = results[1:5]
     summary = {
         "tiresias_workload6_wall_s": w6["wall_seconds"], "tiresias_workload6_cold_s": w6["cold_seconds"],
         "tiresias_workload6_target_s": 1.0, "pollux_artifact_s": 27.0,
