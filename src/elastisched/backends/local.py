@@ -1,0 +1,330 @@
+"""Local backend: every job generation is a group of subprocesses on this machine, on the launch contract.
+
+Nodes come from a cluster spec (`2x4:cpu`): a "GPU" is a worker slot. A resize is a generation restart
+(ecosystem.md §B.1 "Adopt"): SIGTERM → the workers checkpoint and exit 0 → SIGKILL the process group after
+the grace period → relaunch at the new size with generation + 1 and a fresh rendezvous port. Each rank runs
+under `_wrap`, which records the exit code in a file, in its own session (so workers outlive a crashed
+service, and SIGKILL escalation reaches a rank's grandchildren through its process group); the store
+records (PID, start time) per rank so a restarted service adopts exactly those processes and never launches
+a generation twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elastisched.backends.base import BackendEvent, JobRetried, JobStarted
+from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
+from elastisched.core.types import Allocation, NodeView
+from elastisched.service.store import Store
+from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, worker_envs
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now on loopback: one per job and generation (a shared rendezvous store couples jobs)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def start_ticks(pid: int) -> int | None:
+    """Process start time in clock ticks since boot (/proc/PID/stat field 22); None if gone.
+
+    PID + start time identifies a process across PID reuse, which a PID alone does not."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # zombie: exited, waiting to be reaped
+        return None
+    return int(fields[19])
+
+
+@dataclass
+class _Rank:
+    pid: int
+    ticks: int | None
+    exit_file: Path
+    proc: subprocess.Popen[bytes] | None = None  # None when adopted after a restart
+
+    def _recorded(self) -> list[str] | None:
+        with contextlib.suppress(OSError):
+            return self.exit_file.read_text().split() or ["-9"]
+        return None
+
+    def signalled(self) -> bool:
+        """The worker exited after a SIGTERM/SIGINT (a checkpointed stop, not the end of training)."""
+        rec = self._recorded()
+        return rec is not None and len(rec) > 1
+
+    def code(self) -> int | None:
+        """Exit code when finished (-9 when gone without a code, e.g. SIGKILLed), else None."""
+        rec = self._recorded()
+        if rec is not None:
+            with contextlib.suppress(ValueError):
+                return int(rec[0])
+            return -9
+        if self.proc is not None:
+            rc = self.proc.poll()
+            if rc is None:
+                return None
+            rec = self._recorded()
+            return int(rec[0]) if rec else (rc if rc != 0 else -9)
+        if start_ticks(self.pid) == self.ticks and self.ticks is not None:
+            return None
+        return -9
+
+
+@dataclass
+class _Group:
+    job_id: str
+    generation: int
+    allocation: Allocation
+    ranks: list[_Rank]
+    devices: list[int | None] = field(default_factory=list)  # CUDA device per rank (GPU nodes)
+    stopping: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def codes(self) -> list[int | None]:
+        return [r.code() for r in self.ranks]
+
+    def signal(self, sig: int) -> None:
+        if sig == signal.SIGKILL:  # each rank leads its own session: kill its whole group
+            for r in self.ranks:
+                if r.code() is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(r.pid, signal.SIGKILL)
+            return
+        for r in self.ranks:
+            if r.code() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(r.pid, sig)
+
+
+class LocalBackend:
+    """Subprocess backend. `apply` blocks for at most `grace_s` while resized jobs checkpoint."""
+
+    def __init__(self, store: Store, workdir: str | os.PathLike[str], *, python: str = sys.executable,
+                 grace_s: float = 15.0, max_retries: int = 2, extra_env: dict[str, str] | None = None,
+                 nodes: Sequence[NodeView] = ()) -> None:
+        self.store = store
+        self.workdir = Path(workdir)
+        self.python = python
+        self.grace_s = grace_s
+        self.max_retries = max_retries
+        self.extra_env = dict(extra_env or {})
+        self.groups: dict[str, _Group] = {}
+        self._pending: list[BackendEvent] = []
+        # Nodes whose type is not `cpu` are slices of this machine's GPUs: node i's slots are the next
+        # num_gpus device indices, handed to ranks as CUDA_VISIBLE_DEVICES (one device per rank).
+        self.device_base: dict[str, tuple[int, int]] = {}
+        k = 0
+        for n in nodes:
+            if n.gpu_type != "cpu":
+                self.device_base[n.node_id] = (k, n.num_gpus)
+                k += n.num_gpus
+
+    def _devices(self, nodes: Sequence[str]) -> list[int | None]:
+        """Lowest free device index on each rank's node (None on CPU slots)."""
+        busy = {d for g in self.groups.values() for d in g.devices if d is not None}
+        out: list[int | None] = []
+        for n in nodes:
+            base = self.device_base.get(n)
+            if base is None:
+                out.append(None)
+                continue
+            free = next((d for d in range(base[0], base[0] + base[1]) if d not in busy), None)
+            if free is None:
+                raise RuntimeError(f"node {n}: no free device (placement exceeds its {base[1]} GPUs)")
+            busy.add(free)
+            out.append(free)
+        return out
+
+    # ------------------------------------------------------------------ paths
+    def job_dir(self, job_id: str) -> Path:
+        return self.workdir / "jobs" / job_id
+
+    def log_paths(self, job_id: str) -> list[Path]:
+        """Log files of a job in generation, then rank order."""
+        d = self.job_dir(job_id) / "logs"
+        if not d.is_dir():
+            return []
+        return sorted(d.glob("g*-r*.log"), key=lambda p: tuple(int(x[1:]) for x in p.stem.split("-")))
+
+    # ------------------------------------------------------------------ actions
+    def apply(self, actions: Sequence[Action]) -> None:
+        stops = [a.job_id for a in actions if a.kind in (ActionKind.RESIZE, ActionKind.SUSPEND)]
+        self._stop_many(stops, outcome="stopped")
+        for a in actions:
+            if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
+                cause = "launch" if a.kind is ActionKind.LAUNCH else "resize"
+                self._launch(a.job_id, a.allocation, cause)
+
+    def cancel(self, job_id: str) -> None:
+        self._stop_many([job_id], outcome="cancelled")
+
+    def _stop_many(self, job_ids: Sequence[str], outcome: str) -> None:
+        """SIGTERM all groups at once (they checkpoint in parallel), wait up to grace, then SIGKILL."""
+        groups = [self.groups[j] for j in job_ids if j in self.groups]
+        for g in groups:
+            g.stopping = True
+            self.store.update_generation(g.job_id, g.generation, state="STOPPING")
+            g.signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline and any(c is None for g in groups for c in g.codes()):
+            time.sleep(0.05)
+        for g in groups:
+            if any(c is None for c in g.codes()):
+                g.signal(signal.SIGKILL)
+                self._wait_gone(g)
+            codes = g.codes()
+            self.store.update_generation(g.job_id, g.generation, state="EXITED", exit_codes=codes,
+                                         outcome=outcome, ended_at=time.time())
+            self.groups.pop(g.job_id, None)
+
+    @staticmethod
+    def _wait_gone(g: _Group, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(c is None for c in g.codes()):
+            time.sleep(0.02)
+
+    def _launch(self, job_id: str, alloc: Allocation, cause: str) -> None:
+        """Persist generation g+1 (PLANNED), then spawn its ranks, then record their PIDs (RUNNING)."""
+        job = self.store.get_job(job_id)
+        if job is None:
+            return
+        gen = int(job["generation"]) + 1
+        if cause == "launch" and gen > 1:
+            cause = "resume"  # a suspended (preempted / reclaimed) job continues from its checkpoint
+        world = alloc.gpus
+        spec = job["spec"]
+        batch = alloc.batch_size or spec.get("batch_size")
+        port = free_port()
+        placement = [[n, k] for n, k in alloc.placement]
+        with self.store.tx() as c:
+            self.store.add_generation(c, job_id, gen, cause=cause, placement=placement, batch_size=batch, port=port)
+            self.store.update_job(job_id, conn=c, generation=gen, placement=placement, batch_size=batch,
+                                  restarts=int(job["restarts"]) + (cause != "launch"),
+                                  state="STARTING" if cause == "launch" else "RESIZING")
+            self.store.add_event(job_id, cause, {"generation": gen, "placement": placement, "batch_size": batch},
+                                 conn=c)
+        jd = self.job_dir(job_id)
+        for sub in ("logs", "run", "ckpt"):
+            (jd / sub).mkdir(parents=True, exist_ok=True)
+        nodes = [n for n, k in alloc.placement for _ in range(k)]
+        envs = worker_envs(nproc=world, master_port=port, job_id=job_id, generation=gen,
+                           local_batch=alloc.local_batch, global_batch=batch,  # library splits the rest
+                           checkpoint_dir=str(jd / "ckpt"))
+        ranks: list[_Rank] = []
+        cmd = [self.python, "-u", job["script"], *job["args"]]
+        devices = self._devices(nodes)
+        for r, le in enumerate(envs):
+            env = {**os.environ, **le.to_env(), "LOCAL_WORLD_SIZE": str(world), **self.extra_env,
+                   PREFIX + "NODE": nodes[r], CHECKPOINT_DIR: str(jd / "ckpt")}
+            if devices[r] is not None:  # one visible device per rank: it is cuda:0 inside the worker
+                env.update(CUDA_VISIBLE_DEVICES=str(devices[r]), LOCAL_RANK="0")
+            env.setdefault("OMP_NUM_THREADS", "1")
+            exit_file = jd / "run" / f"g{gen}-r{r}.exit"
+            with open(jd / "logs" / f"g{gen}-r{r}.log", "ab") as log:
+                p = subprocess.Popen([self.python, "-m", "elastisched.backends._wrap", str(exit_file), "--", *cmd],
+                                     env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     cwd=str(jd), start_new_session=True)
+            ranks.append(_Rank(p.pid, start_ticks(p.pid), exit_file, p))
+        self.store.update_generation(job_id, gen, state="RUNNING", started_at=time.time(),
+                                     pids=[[r.pid, r.ticks] for r in ranks], devices=devices)
+        self.groups[job_id] = _Group(job_id, gen, alloc, ranks, devices)
+        self._pending.append(JobStarted(time.time(), job_id, gen))
+
+    # ------------------------------------------------------------------ events
+    def poll(self) -> list[BackendEvent]:
+        out, self._pending = self._pending, []
+        for g in list(self.groups.values()):
+            codes = g.codes()
+            if all(c is None for c in codes):
+                continue
+            if any(c not in (None, 0) for c in codes) and any(c is None for c in codes):
+                # A crashed rank leaves its peers blocked in a collective: take the group down.
+                g.signal(signal.SIGKILL)
+                self._wait_gone(g)
+                codes = g.codes()
+            elif any(c is None for c in codes):
+                continue  # rank 0 done first; wait for the others
+            out.extend(self._finished(g, codes))
+        return out
+
+    def _finished(self, g: _Group, codes: list[int | None]) -> list[BackendEvent]:
+        ok = all(c == 0 for c in codes)
+        if ok and any(r.signalled() for r in g.ranks):
+            # Stopped by a signal we did not send (an operator, the OS): it checkpointed, so resume it.
+            self.store.update_generation(g.job_id, g.generation, state="EXITED", exit_codes=codes,
+                                         outcome="stopped", ended_at=time.time())
+            self.groups.pop(g.job_id, None)
+            self._launch(g.job_id, g.allocation, "resume")
+            return [JobRetried(time.time(), g.job_id, g.generation + 1, "stopped by a signal; resumed")]
+        self.store.update_generation(g.job_id, g.generation, state="EXITED", exit_codes=codes,
+                                     outcome="succeeded" if ok else "failed", ended_at=time.time())
+        self.groups.pop(g.job_id, None)
+        if ok:
+            return [JobFinished(time.time(), g.job_id)]
+        job = self.store.get_job(g.job_id)
+        reason = f"generation {g.generation} exited with codes {codes}"
+        if job is not None and int(job["retries"]) < self.max_retries:
+            self.store.update_job(g.job_id, retries=int(job["retries"]) + 1)
+            self._launch(g.job_id, g.allocation, "retry")
+            return [JobRetried(time.time(), g.job_id, g.generation + 1, reason)]
+        return [JobFailed(time.time(), g.job_id, reason)]
+
+    # ------------------------------------------------------------------ restart
+    def recover(self) -> list[BackendEvent]:
+        """Adopt each live generation whose recorded processes are still the same processes; settle the
+        ones that ended while the service was down (exit files); relaunch the lost ones from checkpoint."""
+        out: list[BackendEvent] = []
+        for gen in self.store.generations(live=True):
+            jid, n = gen["job_id"], int(gen["generation"])
+            job = self.store.get_job(jid)
+            if job is None or job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                continue
+            alloc = Allocation(placement=tuple((str(a), int(b)) for a, b in gen["placement"]),
+                               batch_size=gen["batch_size"])
+            run = self.job_dir(jid) / "run"
+            ranks = [_Rank(int(pid), ticks, run / f"g{n}-r{r}.exit") for r, (pid, ticks) in enumerate(gen["pids"])]
+            if not ranks or len(ranks) != alloc.gpus:
+                # Planned but never (fully) started: nothing of it can be running under our records.
+                self.store.update_generation(jid, n, state="EXITED", outcome="lost", ended_at=time.time())
+                self._launch(jid, alloc, "resume")
+                continue
+            g = _Group(jid, n, alloc, ranks, list(gen["devices"] or [None] * len(ranks)))
+            codes = g.codes()
+            if all(c is None for c in codes) or (any(c is None for c in codes) and not any(codes)):
+                self.groups[jid] = g
+                self.store.add_event(jid, "adopted", {"generation": n, "pids": gen["pids"]})
+                out.append(JobStarted(time.time(), jid, n, adopted=True))
+                continue
+            if gen["state"] == "STOPPING" or all(c == -9 for c in codes):
+                # Interrupted mid-stop, or killed while we were down: relaunch from the checkpoint.
+                g.signal(signal.SIGKILL)
+                self.store.update_generation(jid, n, state="EXITED", exit_codes=codes, outcome="lost",
+                                             ended_at=time.time())
+                self._launch(jid, alloc, "resume")
+                continue
+            out.extend(self._finished(g, codes))
+        return out + self.poll()
+
+    def close(self) -> None:
+        """Workers are left running on purpose: a restarted service adopts them."""
+        for g in self.groups.values():
+            for r in g.ranks:
+                if r.proc is not None:
+                    r.proc.returncode = r.proc.poll()

@@ -1,0 +1,29 @@
+"""`python -m elastisched.service`: the server without the CLI's imports (used by tests and benchmarks)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from elastisched.service.server import serve
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m elastisched.service")
+    ap.add_argument("--db", default=None, help="SQLAlchemy URL; default sqlite:///<workdir>/elastisched.db")
+    ap.add_argument("--cluster", default="2x4:cpu")
+    ap.add_argument("--policy", default="fifo")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8470)
+    ap.add_argument("--workdir", default=".elastisched")
+    ap.add_argument("--scripts-dir", default=os.getcwd())
+    ap.add_argument("--tick", type=float, default=0.5)
+    ap.add_argument("--grace", type=float, default=15.0)
+    ap.add_argument("--max-retries", type=int, default=2)
+    a = ap.parse_args()
+    serve(host=a.host, port=a.port, db=a.db, cluster=a.cluster, policy=a.policy, workdir=a.workdir,
+          scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries)
+
+
+if __name__ == "__main__":
+    main()

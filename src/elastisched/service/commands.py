@@ -1,0 +1,247 @@
+"""Service commands in the Slurm/Kueue tradition (ecosystem.md §B.4): serve, submit, ls, describe, logs,
+cancel, resize, nodes, loans. `register(app)` adds them to the `elastisched` Typer app.
+
+Client commands talk to the REST API (`--server` / ELASTISCHED_SERVER, token from ELASTISCHED_TOKEN or
+`<workdir>/token`). Human tables by default, `--json` for scripts; any API error exits non-zero with the
+server's message. Heavy imports (FastAPI, uvicorn, SQLAlchemy) happen only inside `serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+DEFAULT_SERVER = "http://127.0.0.1:8470"
+JsonOpt = typer.Option(False, "--json", help="machine-readable output")
+ServerOpt = typer.Option(None, "--server", envvar="ELASTISCHED_SERVER", help=f"API URL (default {DEFAULT_SERVER})")
+TokenOpt = typer.Option(None, "--token", envvar="ELASTISCHED_TOKEN", help="bearer token (default: .elastisched/token)")
+
+
+def _client(server: str | None, token: str | None) -> Any:
+    import httpx
+
+    if not token:
+        path = Path(".elastisched") / "token"
+        token = path.read_text().strip() if path.exists() else ""
+    return httpx.Client(base_url=server or DEFAULT_SERVER, timeout=60,
+                        headers={"Authorization": f"Bearer {token}"} if token else {})
+
+
+def _call(server: str | None, token: str | None, method: str, path: str, **kw: Any) -> Any:
+    import httpx
+
+    try:
+        with _client(server, token) as c:
+            r = c.request(method, path, **kw)
+    except httpx.HTTPError as e:
+        typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e}", err=True)
+        raise typer.Exit(3) from None
+    if r.status_code >= 400:
+        try:
+            detail = r.json().get("detail", r.text)
+        except ValueError:
+            detail = r.text
+        if isinstance(detail, list):  # pydantic 422: name the field(s)
+            detail = "; ".join(f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail)
+        typer.echo(f"error ({r.status_code}): {detail}", err=True)
+        raise typer.Exit(1)
+    ctype = r.headers.get("content-type", "")
+    return r.json() if ctype.startswith("application/json") else r.text
+
+
+def _range(text: str | None, what: str) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        parts = [int(x) for x in text.split(":")]
+    except ValueError:
+        raise typer.BadParameter(f"{what}={text!r}: expected N or MIN:MAX") from None
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or not 1 <= parts[0] <= parts[1]:
+        raise typer.BadParameter(f"{what}={text!r}: expected N or MIN:MAX with 1 <= MIN <= MAX")
+    return parts[0], parts[1]
+
+
+def _age(t: float | None) -> str:
+    if not t:
+        return "-"
+    s = int(max(0.0, time.time() - t))
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for h in headers:
+        t.add_column(h)
+    for row in rows:
+        t.add_row(*("-" if v is None else str(v) for v in row))
+    Console(width=200).print(t)
+
+
+def _dump(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=str))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the service commands to `app`."""
+    loans_app = typer.Typer(help="Servers on loan from the inference cluster (Lyra): list, offer, reclaim.")
+    app.add_typer(loans_app, name="loans")
+
+    @app.command()
+    def serve(
+        db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///<workdir>/elastisched.db)"),
+        cluster: str = typer.Option("2x4:cpu", "--cluster", help="node inventory, e.g. 2x4:cpu"),
+        policy: str = typer.Option("fifo", "--policy", help="any registered policy (elastisched policies)"),
+        host: str = typer.Option("127.0.0.1", "--host"),
+        port: int = typer.Option(8470, "--port"),
+        workdir: Path = typer.Option(Path(".elastisched"), "--workdir", help="logs, checkpoints, token"),
+        scripts_dir: Path = typer.Option(Path.cwd(), "--scripts-dir", help="job scripts must live under it"),
+        tick: float = typer.Option(0.5, "--tick", min=0.05, help="engine loop period (s)"),
+        grace: float = typer.Option(15.0, "--grace", min=0.0, help="checkpoint deadline before SIGKILL (s)"),
+        max_retries: int = typer.Option(2, "--max-retries", min=0, help="relaunches of a failed job"),
+    ) -> None:
+        """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
+        from elastisched.service.server import serve as run
+
+        typer.echo(f"elastisched serving on http://{host}:{port} (policy {policy}, cluster {cluster})", err=True)
+        run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, scripts_dir=scripts_dir,
+            tick_s=tick, grace_s=grace, max_retries=max_retries)
+
+    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def submit(
+        ctx: typer.Context,
+        script: Path = typer.Argument(..., help="training script (arguments after it are passed through)"),
+        gpus: str = typer.Option("1", "--gpus", help="N, or MIN:MAX for an elastic job"),
+        batch_size: int = typer.Option(64, "--batch-size", min=1, help="global batch size"),
+        adaptive: str = typer.Option(None, "--adaptive", help="adaptive global batch MIN:MAX"),
+        gpu_type: str = typer.Option(None, "--gpu-type"),
+        name: str = typer.Option(None, "--name"),
+        duration: float = typer.Option(None, "--duration", help="runtime estimate (s) for SJF-style policies"),
+        application: str = typer.Option(None, "--application", help="profiled model name (e.g. cifar10)"),
+        as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt,
+    ) -> None:
+        """Submit a job; prints its id."""
+        lo, hi = _range(gpus, "--gpus") or (1, 1)
+        body: dict[str, Any] = {"script": str(script.resolve()), "args": list(ctx.args), "gpus": lo, "min_gpus": lo,
+                                "max_gpus": hi, "batch_size": batch_size, "name": name, "gpu_type": gpu_type,
+                                "duration_s": duration, "adaptive": _range(adaptive, "--adaptive"),
+                                "application": application}
+        out = _call(server, token, "POST", "/v1/jobs", json=body)
+        _dump(out) if as_json else typer.echo(out["id"])
+
+    @app.command("ls")
+    def ls(state: str = typer.Option(None, "--state", "-s", help="e.g. RUNNING,PENDING"),
+           as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """List jobs (REASON says why a pending job waits)."""
+        jobs = _call(server, token, "GET", "/v1/jobs", params={"state": state} if state else None)
+        if as_json:
+            return _dump(jobs)
+        _table(["ID", "NAME", "STATE", "GPUS", "TYPE", "BATCH", "GEN", "RESTARTS", "AGE", "REASON"],
+               [[j["id"], j["name"], j["state"], f"{j['gpus']}/{j['min_gpus']}-{j['max_gpus']}", j["gpu_type"],
+                 j["batch_size"], j["generation"], j["restarts"], _age(j["submit_time"]),
+                 j["reason"] if j["state"] in ("PENDING", "SUSPENDED") else None] for j in jobs])
+        return None
+
+    @app.command()
+    def describe(job: str, as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """Spec, allocation history (generations), restarts and events of a job."""
+        d = _call(server, token, "GET", f"/v1/jobs/{job}")
+        if as_json:
+            return _dump(d)
+        for k in ("id", "name", "state", "reason", "gpus", "placement", "batch_size", "generation", "restarts",
+                  "retries", "script", "args", "message"):
+            typer.echo(f"{k + ':':12} {d[k]}")
+        typer.echo("\ngenerations:")
+        _table(["GEN", "CAUSE", "PLACEMENT", "OUTCOME", "EXIT", "STARTED"],
+               [[g["generation"], g["cause"], g["placement"], g["outcome"] or g["state"], g["exit_codes"],
+                 _age(g["started_at"])] for g in d["generations"]])
+        typer.echo("\nevents:")
+        for e in d["events"]:
+            typer.echo(f"  {time.strftime('%H:%M:%S', time.localtime(e['time']))} {e['kind']} {e['data'] or ''}")
+        return None
+
+    @app.command()
+    def logs(job: str, follow: bool = typer.Option(False, "--follow", "-f"), server: str = ServerOpt,
+             token: str = TokenOpt) -> None:
+        """Print a job's logs (all generations and ranks); -f follows until the job ends."""
+        if not follow:
+            typer.echo(_call(server, token, "GET", f"/v1/jobs/{job}/logs"), nl=False)
+            return
+        with _client(server, token) as c, c.stream("GET", f"/v1/jobs/{job}/logs", params={"follow": True},
+                                                   timeout=None) as r:
+            if r.status_code >= 400:
+                r.read()
+                typer.echo(f"error ({r.status_code}): {r.text}", err=True)
+                raise typer.Exit(1)
+            for chunk in r.iter_bytes():
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.flush()
+
+    @app.command()
+    def cancel(job: str, as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """Cancel a job (running workers checkpoint and stop)."""
+        out = _call(server, token, "DELETE", f"/v1/jobs/{job}")
+        _dump(out) if as_json else typer.echo(f"{out['id']} cancel requested")
+
+    @app.command()
+    def resize(job: str, gpus: int = typer.Argument(..., min=1), as_json: bool = JsonOpt,
+               server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """Admin override: run JOB on GPUS GPUs (checkpoint → relaunch); the job stays at that size."""
+        out = _call(server, token, "POST", f"/v1/jobs/{job}:resize", json={"gpus": gpus})
+        _dump(out) if as_json else typer.echo(f"{out['id']} resize to {gpus} requested")
+
+    @app.command()
+    def nodes(as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """Nodes (training and loaned) with GPUs used / total."""
+        out = _call(server, token, "GET", "/v1/nodes")
+        if as_json:
+            return _dump(out)
+        _table(["NODE", "TYPE", "POOL", "USED", "GPUS"],
+               [[n["node"], n["gpu_type"], n["pool"], n["used"], n["gpus"]] for n in out])
+        return None
+
+    @loans_app.callback(invoke_without_command=True)
+    def loans_list(ctx: typer.Context, as_json: bool = JsonOpt, server: str = ServerOpt,
+                   token: str = TokenOpt) -> None:
+        """List loaned servers and reclaim requests."""
+        if ctx.invoked_subcommand is not None:
+            return
+        out = _call(server, token, "GET", "/v1/loans")
+        if as_json:
+            return _dump(out)
+        _table(["NODE", "TYPE", "GPUS", "STATE", "AGE"],
+               [[x["node_id"], x["gpu_type"], x["num_gpus"], x["state"], _age(x["offered_at"])] for x in out["loans"]])
+        return None
+
+    @loans_app.command("offer")
+    def loans_offer(nodes: int = typer.Option(1, "--nodes", min=1), gpus: int = typer.Option(..., "--gpus", min=1),
+                    gpu_type: str = typer.Option("cpu", "--gpu-type"), as_json: bool = JsonOpt,
+                    server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """Lend NODES servers of GPUS GPUs each to the training cluster."""
+        out = _call(server, token, "POST", "/v1/loans",
+                    json={"nodes": nodes, "gpus_per_node": gpus, "gpu_type": gpu_type})
+        _dump(out) if as_json else typer.echo(" ".join(x["node_id"] for x in out))
+
+    @loans_app.command("reclaim")
+    def loans_reclaim(count: int = typer.Argument(..., min=1),
+                      deadline: float = typer.Option(60.0, "--deadline", min=0.0, help="seconds"),
+                      as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """Ask COUNT loaned servers back; the policy chooses which, the service vacates them."""
+        out = _call(server, token, "POST", "/v1/reclaims", json={"count": count, "deadline_s": deadline})
+        _dump(out) if as_json else typer.echo(f"reclaim {out['id']} of {count} server(s) requested")
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m elastisched.service.commands ...`
+    _app = typer.Typer()
+    register(_app)
+    _app(prog_name=os.path.basename(sys.argv[0]))

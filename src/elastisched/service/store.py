@@ -1,0 +1,346 @@
+"""Durable service state in SQLAlchemy Core (SQLite by default, any SQLAlchemy URL accepted).
+
+The service writes here *before* it acts (submission, decision, action, generation), so that after a crash
+the store alone says which jobs exist, which worker generation each one should be running and which
+processes (PID + start time) belong to it. One lock serialises writers: SQLite allows one writer anyway,
+and the API threads and the daemon thread share a single engine.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Connection,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.pool import StaticPool
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+ACTIVE = ("PENDING", "STARTING", "RUNNING", "RESIZING", "SUSPENDED")
+
+meta = MetaData()
+
+jobs = Table(
+    "jobs", meta,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(32), unique=True, nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("script", String(4096), nullable=False),
+    Column("args", JSON, nullable=False),
+    Column("spec", JSON, nullable=False),  # num_gpus, min_gpus, max_gpus, batch_size, gpu_types, elastic, ...
+    Column("state", String(16), nullable=False, index=True),
+    Column("reason", String(200)),
+    Column("submit_time", Float, nullable=False),
+    Column("start_time", Float),
+    Column("end_time", Float),
+    Column("placement", JSON, nullable=False),  # [[node, gpus], ...] of the running generation
+    Column("batch_size", Integer),
+    Column("generation", Integer, nullable=False, default=0),
+    Column("restarts", Integer, nullable=False, default=0),
+    Column("retries", Integer, nullable=False, default=0),
+    Column("resize_to", Integer),  # admin override (API resize), pins the job's size
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("message", String(2000)),
+)
+
+generations = Table(
+    "generations", meta,
+    Column("job_id", String(32), primary_key=True),
+    Column("generation", Integer, primary_key=True),
+    Column("cause", String(16), nullable=False),  # launch | resize | retry | resume
+    Column("placement", JSON, nullable=False),
+    Column("batch_size", Integer),
+    Column("port", Integer),
+    Column("state", String(16), nullable=False),  # PLANNED | RUNNING | STOPPING | EXITED
+    Column("pids", JSON, nullable=False),  # [[pid, start_ticks], ...] of the per-rank wrappers
+    Column("devices", JSON),  # CUDA device index per rank (GPU nodes), else null
+    Column("exit_codes", JSON),
+    Column("outcome", String(16)),  # succeeded | stopped | failed
+    Column("planned_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("ended_at", Float),
+)
+
+events = Table(
+    "events", meta,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("time", Float, nullable=False),
+    Column("job_id", String(32), index=True),
+    Column("kind", String(32), nullable=False),
+    Column("data", JSON, nullable=False),
+)
+
+loans = Table(
+    "loans", meta,
+    Column("node_id", String(64), primary_key=True),
+    Column("gpu_type", String(32), nullable=False),
+    Column("num_gpus", Integer, nullable=False),
+    Column("state", String(16), nullable=False),  # LOANED | RECLAIMING | RETURNED
+    Column("offered_at", Float, nullable=False),
+    Column("reclaim_id", Integer),
+    Column("returned_at", Float),
+)
+
+reclaims = Table(
+    "reclaims", meta,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("count", Integer, nullable=False),
+    Column("deadline", Float, nullable=False),
+    Column("state", String(16), nullable=False),  # PENDING | VACATING | DONE
+    Column("nodes", JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("done_at", Float),
+)
+
+kv = Table(
+    "meta", meta,
+    Column("key", String(64), primary_key=True),
+    Column("value", JSON),
+)
+
+
+class AmbiguousId(LookupError):
+    """A short job id prefix matches more than one job."""
+
+
+def _row(r: Any) -> dict[str, Any]:
+    return dict(r._mapping)
+
+
+class Store:
+    """All reads and writes of the service. Methods return plain dicts (rows) so callers never hold
+    connections across threads."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        kwargs: dict[str, Any] = {}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            kwargs["poolclass"] = StaticPool  # one connection shared under our lock
+        self.engine = create_engine(url, **kwargs)
+        if url.startswith("sqlite"):
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._lock = threading.RLock()
+        meta.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        """One atomic transaction (callers group 'persist, then act' writes in one)."""
+        with self._lock, self.engine.begin() as conn:
+            yield conn
+
+    # ------------------------------------------------------------------ meta
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        with self.tx() as c:
+            r = c.execute(select(kv.c.value).where(kv.c.key == key)).first()
+        return default if r is None else r[0]
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.tx() as c:
+            if c.execute(select(kv.c.key).where(kv.c.key == key)).first() is None:
+                c.execute(insert(kv).values(key=key, value=value))
+            else:
+                c.execute(update(kv).where(kv.c.key == key).values(value=value))
+
+    # ------------------------------------------------------------------ jobs
+    def create_job(self, *, name: str | None, script: str, args: Sequence[str], spec: Mapping[str, Any],
+                   now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        with self.tx() as c:
+            jid = secrets.token_hex(4)
+            while c.execute(select(jobs.c.id).where(jobs.c.id == jid)).first() is not None:
+                jid = secrets.token_hex(4)
+            c.execute(insert(jobs).values(
+                id=jid, name=name or jid, script=script, args=list(args), spec=dict(spec), state="PENDING",
+                submit_time=now, placement=[], generation=0, restarts=0, retries=0, cancel_requested=False))
+            self._event(c, now, jid, "submitted", {"spec": dict(spec), "script": script, "args": list(args)})
+            return _row(c.execute(select(jobs).where(jobs.c.id == jid)).one())
+
+    def get_job(self, id_or_prefix: str) -> dict[str, Any] | None:
+        """Exact id, else a unique prefix (short ids as in Docker/kubectl)."""
+        with self.tx() as c:
+            r = c.execute(select(jobs).where(jobs.c.id == id_or_prefix)).first()
+            if r is not None:
+                return _row(r)
+            pat = id_or_prefix.replace("\\", "").replace("%", "").replace("_", "\\_") + "%"
+            rows = c.execute(select(jobs).where(jobs.c.id.like(pat, escape="\\")).limit(2)).all()
+        if len(rows) > 1:
+            raise AmbiguousId(f"job id prefix {id_or_prefix!r} matches more than one job")
+        return _row(rows[0]) if rows else None
+
+    def list_jobs(self, states: Sequence[str] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        q = select(jobs).order_by(jobs.c.seq)
+        if states:
+            q = q.where(jobs.c.state.in_(list(states)))
+        if limit:
+            q = q.limit(limit)
+        with self.tx() as c:
+            return [_row(r) for r in c.execute(q)]
+
+    def active_jobs(self) -> list[dict[str, Any]]:
+        return self.list_jobs(ACTIVE)
+
+    def active_light(self) -> list[dict[str, Any]]:
+        """Active jobs without the large columns (spec, args): what one engine round reads."""
+        cols = [jobs.c.id, jobs.c.name, jobs.c.submit_time, jobs.c.placement, jobs.c.batch_size, jobs.c.resize_to,
+                jobs.c.start_time, jobs.c.restarts, jobs.c.cancel_requested]
+        q = select(*cols).where(jobs.c.state.in_(ACTIVE)).order_by(jobs.c.seq)
+        with self.tx() as c:
+            return [_row(r) for r in c.execute(q)]
+
+    def specs(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        with self.tx() as c:
+            return {r[0]: r[1] for r in c.execute(select(jobs.c.id, jobs.c.spec).where(jobs.c.id.in_(list(ids))))}
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Active jobs with a pending cancel or an admin size (indexed scan, cheap on a long queue)."""
+        q = select(jobs).where(jobs.c.state.in_(ACTIVE) & (jobs.c.cancel_requested | jobs.c.resize_to.is_not(None)))
+        with self.tx() as c:
+            return [_row(r) for r in c.execute(q.order_by(jobs.c.seq))]
+
+    def count_jobs(self) -> int:
+        with self.tx() as c:
+            return int(c.execute(select(func.count()).select_from(jobs)).scalar_one())
+
+    def update_job(self, job_id: str, conn: Connection | None = None, **fields: Any) -> None:
+        if conn is not None:
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
+            return
+        with self.tx() as c:
+            c.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
+
+    def request_cancel(self, job_id: str) -> None:
+        with self.tx() as c:
+            c.execute(update(jobs).where(jobs.c.id == job_id).values(cancel_requested=True))
+            self._event(c, time.time(), job_id, "cancel_requested", {})
+
+    def request_resize(self, job_id: str, gpus: int) -> None:
+        with self.tx() as c:
+            c.execute(update(jobs).where(jobs.c.id == job_id).values(resize_to=gpus))
+            self._event(c, time.time(), job_id, "resize_requested", {"gpus": gpus})
+
+    # ------------------------------------------------------------------ events
+    @staticmethod
+    def _event(c: Connection, t: float, job_id: str | None, kind: str, data: Mapping[str, Any]) -> None:
+        c.execute(insert(events).values(time=t, job_id=job_id, kind=kind, data=dict(data)))
+
+    def add_event(self, job_id: str | None, kind: str, data: Mapping[str, Any] | None = None,
+                  conn: Connection | None = None) -> None:
+        if conn is not None:
+            self._event(conn, time.time(), job_id, kind, data or {})
+            return
+        with self.tx() as c:
+            self._event(c, time.time(), job_id, kind, data or {})
+
+    def events(self, job_id: str | None = None, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        q = select(events).order_by(events.c.seq)
+        if job_id is not None:
+            q = q.where(events.c.job_id == job_id)
+        if kinds:
+            q = q.where(events.c.kind.in_(list(kinds)))
+        with self.tx() as c:
+            return [_row(r) for r in c.execute(q)]
+
+    # ------------------------------------------------------------------ generations
+    def add_generation(self, conn: Connection, job_id: str, generation: int, **fields: Any) -> None:
+        conn.execute(insert(generations).values(job_id=job_id, generation=generation, planned_at=time.time(),
+                                                pids=[], state="PLANNED", **fields))
+
+    def update_generation(self, job_id: str, generation: int, **fields: Any) -> None:
+        with self.tx() as c:
+            c.execute(update(generations).where((generations.c.job_id == job_id)
+                                                & (generations.c.generation == generation)).values(**fields))
+
+    def generations(self, job_id: str | None = None, live: bool = False) -> list[dict[str, Any]]:
+        q = select(generations).order_by(generations.c.planned_at, generations.c.generation)
+        if job_id is not None:
+            q = q.where(generations.c.job_id == job_id)
+        if live:
+            q = q.where(generations.c.state != "EXITED")
+        with self.tx() as c:
+            return [_row(r) for r in c.execute(q)]
+
+    # ------------------------------------------------------------------ loans and reclaims
+    def add_loans(self, nodes: Sequence[tuple[str, str, int]]) -> list[dict[str, Any]]:
+        now = time.time()
+        with self.tx() as c:
+            for node_id, gpu_type, n in nodes:
+                c.execute(insert(loans).values(node_id=node_id, gpu_type=gpu_type, num_gpus=n, state="LOANED",
+                                               offered_at=now))
+                self._event(c, now, None, "loan_offered", {"node": node_id, "gpus": n, "gpu_type": gpu_type})
+            ids = [n for n, _, _ in nodes]
+            return [_row(r) for r in c.execute(select(loans).where(loans.c.node_id.in_(ids)))]
+
+    def list_loans(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        q = select(loans).order_by(loans.c.offered_at, loans.c.node_id)
+        if states:
+            q = q.where(loans.c.state.in_(list(states)))
+        with self.tx() as c:
+            return [_row(r) for r in c.execute(q)]
+
+    def loan_ids(self) -> set[str]:
+        with self.tx() as c:
+            return {r[0] for r in c.execute(select(loans.c.node_id))}
+
+    def update_loan(self, node_id: str, conn: Connection | None = None, **fields: Any) -> None:
+        q = update(loans).where(loans.c.node_id == node_id).values(**fields)
+        if conn is not None:
+            conn.execute(q)
+            return
+        with self.tx() as c:
+            c.execute(q)
+
+    def add_reclaim(self, count: int, deadline: float) -> dict[str, Any]:
+        now = time.time()
+        with self.tx() as c:
+            rid = c.execute(insert(reclaims).values(count=count, deadline=deadline, state="PENDING", nodes=[],
+                                                    created_at=now)).inserted_primary_key[0]
+            self._event(c, now, None, "reclaim_requested", {"reclaim": rid, "count": count, "deadline": deadline})
+            return _row(c.execute(select(reclaims).where(reclaims.c.id == rid)).one())
+
+    def list_reclaims(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        q = select(reclaims).order_by(reclaims.c.id)
+        if states:
+            q = q.where(reclaims.c.state.in_(list(states)))
+        with self.tx() as c:
+            return [_row(r) for r in c.execute(q)]
+
+    def update_reclaim(self, rid: int, conn: Connection | None = None, **fields: Any) -> None:
+        q = update(reclaims).where(reclaims.c.id == rid).values(**fields)
+        if conn is not None:
+            conn.execute(q)
+            return
+        with self.tx() as c:
+            c.execute(q)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """WAL lets readers (CLI, a second process) proceed while the service writes; NORMAL sync is
+    durable across a process crash (kill -9), which is the failure the service must survive."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()

@@ -1,0 +1,63 @@
+"""A stdlib-only worker on the launch contract (no torch: milliseconds to start, for backend tests).
+
+Runs STEPS steps of SLEEP seconds; rank 0 keeps its step in <checkpoint_dir>/progress.json. SIGTERM sets a
+flag; the worker checkpoints and exits 0 at the next step, as the training library does.
+--fail-once-at K exits 3 at step K the first time (a marker file makes the retry pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+stop = False
+
+
+def _on_term(_s: int, _f: object) -> None:
+    global stop
+    stop = True
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--sleep", type=float, default=0.1)
+    ap.add_argument("--fail-once-at", type=int, default=-1)
+    ap.add_argument("--fail-always", action="store_true")
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, _on_term)
+    ck = Path(os.environ["ELASTISCHED_CHECKPOINT_DIR"])
+    rank = int(os.environ["ELASTISCHED_RANK"])
+    world = int(os.environ["ELASTISCHED_WORLD_SIZE"])
+    gen = int(os.environ["ELASTISCHED_GENERATION"])
+    prog = ck / "progress.json"
+    step = json.loads(prog.read_text())["step"] if prog.exists() else 0
+    print(json.dumps({"start": True, "gen": gen, "rank": rank, "world": world, "step": step,
+                      "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "local_rank": os.environ.get("LOCAL_RANK")}),
+          flush=True)
+    if a.fail_always:
+        return 4
+    while step < a.steps:
+        if stop:
+            if rank == 0:
+                prog.write_text(json.dumps({"step": step}))
+            print(json.dumps({"checkpointed": step, "gen": gen}), flush=True)
+            return 0
+        if step == a.fail_once_at and not (ck / "failed-once").exists():
+            (ck / "failed-once").write_text("x")
+            return 3
+        time.sleep(a.sleep)
+        step += 1
+        if rank == 0:
+            prog.write_text(json.dumps({"step": step}))
+    print(json.dumps({"done": step, "gen": gen, "world": world}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Crash test (issue 7): kill -9 the service while example jobs train, restart it on the same database.
+
+Every job is still known; the running workers are adopted (same generation, same processes) — or, for the
+one whose workers were stopped while the service was down, relaunched from its checkpoint; no generation
+is launched twice, and every job finishes with exactly its number of optimizer steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from _svc_helpers import EXAMPLE, ROOT, wait_for
+
+N, BATCH = 2048, 64
+
+
+def _steps(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()] if log.exists() else []
+
+
+def test_kill9_restart_adopts_or_resumes_and_launches_nothing_twice(service_factory: Any, tmp_path: Path) -> None:
+    svc = service_factory(cluster="1x3:cpu", policy="fifo", scripts_dir=ROOT).start()
+    plan = {"x": (2, 110), "y": (1, 70), "z": (1, 10)}  # z queues behind x and y
+    ids: dict[str, str] = {}
+    for name, (gpus, epochs) in plan.items():
+        r = svc.api("POST", "/v1/jobs", json={
+            "script": EXAMPLE, "name": name, "gpus": gpus, "batch_size": BATCH,
+            "args": ["--epochs", str(epochs), "--n", str(N), "--batch-size", str(BATCH),
+                     "--log", str(tmp_path / f"{name}.jsonl")]})
+        ids[name] = r.json()["id"]
+    for name in ("x", "y"):
+        wait_for(lambda n=name: _steps(tmp_path / f"{n}.jsonl"), 90, f"{name} training")
+    before = {n: svc.job(j) for n, j in ids.items()}
+    assert before["z"]["state"] == "PENDING"
+
+    svc.kill9()
+    # While the service is down, an operator stops y's workers: they checkpoint and exit 0 on SIGTERM.
+    for pid, _ticks in before["y"]["generations"][-1]["pids"]:
+        os.kill(pid, signal.SIGTERM)
+    y_gen = before["y"]["generation"]
+    exit_file = tmp_path / "work" / "jobs" / ids["y"] / "run" / f"g{y_gen}-r0.exit"
+    wait_for(exit_file.exists, 30, "y checkpointed")
+    time.sleep(0.5)
+    svc.start()  # same database, new port
+
+    after = {j["name"]: j for j in svc.api("GET", "/v1/jobs").json()}
+    assert {n: after[n]["id"] for n in ids} == ids  # every job still known
+    x = svc.job(ids["x"])
+    assert x["generation"] == before["x"]["generation"] and any(e["kind"] == "adopted" for e in x["events"])
+    y = wait_for(lambda: (j := svc.job(ids["y"]))["generation"] > y_gen and j, 30, "y resumed")
+    assert y["generations"][-1]["cause"] == "resume" and y["generations"][-2]["outcome"] == "stopped"
+
+    done = wait_for(lambda: (js := svc.api("GET", "/v1/jobs").json()) and all(
+        j["state"] in ("SUCCEEDED", "FAILED") for j in js) and js, 150, "all jobs to end")
+    assert {j["name"]: j["state"] for j in done} == dict.fromkeys(ids, "SUCCEEDED")
+    for name, jid in ids.items():
+        d = svc.job(jid)
+        gens = d["generations"]
+        assert [g["generation"] for g in gens] == list(range(1, len(gens) + 1))  # each generation once
+        for prev, nxt in itertools.pairwise(gens):
+            assert prev["ended_at"] <= nxt["started_at"]  # never two live generations of one job
+        finals = [ln for ln in svc.api("GET", f"/v1/jobs/{jid}/logs").text.splitlines() if ln.startswith('{"final')]
+        assert len(finals) == 1 and json.loads(finals[0])["steps"] == plan[name][1] * N // BATCH, (name, finals)
+    assert len(svc.job(ids["x"])["generations"]) == 1  # adopted, never relaunched
+    resumed = [s for s in _steps(tmp_path / "y.jsonl") if s["gen"] == y_gen + 1]
+    assert resumed and resumed[0]["step"] > 1  # continued from the checkpoint, not from scratch

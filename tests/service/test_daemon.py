@@ -1,0 +1,116 @@
+"""The engine loop in-process with a recording backend: persist-before-act, reclaim, cancel, admin resize."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from elastisched.backends.base import BackendEvent, JobStarted
+from elastisched.core.cluster import parse_cluster
+from elastisched.core.events import Action, ActionKind, JobFinished
+from elastisched.service.daemon import Service
+from elastisched.service.store import Store
+
+
+class RecordingBackend:
+    """Applies actions to the store like a backend would, and checks they were persisted first."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.applied: list[Action] = []
+        self.cancelled: list[str] = []
+        self.events: list[BackendEvent] = []
+
+    def apply(self, actions: Sequence[Action]) -> None:
+        logged = self.store.events(kinds=["action"])
+        for a in actions:
+            assert any(e["job_id"] == a.job_id and e["data"]["kind"] == a.kind.value for e in logged), a
+            self.applied.append(a)
+            if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
+                job = self.store.get_job(a.job_id)
+                assert job is not None
+                self.store.update_job(a.job_id, placement=[list(p) for p in a.allocation.placement],
+                                      generation=job["generation"] + 1)
+                self.events.append(JobStarted(time.time(), a.job_id, job["generation"] + 1))
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+
+    def poll(self) -> list[BackendEvent]:
+        out, self.events = self.events, []
+        return out
+
+    def recover(self) -> list[BackendEvent]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def _svc(policy: str = "fifo") -> tuple[Service, Store, RecordingBackend]:
+    store = Store("sqlite://")
+    backend = RecordingBackend(store)
+    svc = Service(store, parse_cluster("1x2:cpu"), backend, policy, tick_s=0.01)
+    svc.min_round_gap_s = 0.0
+    return svc, store, backend
+
+
+def _submit(store: Store, gpus: int = 1, app: str | None = "cifar10") -> str:
+    spec = {"num_gpus": gpus, "min_gpus": gpus, "max_gpus": gpus, "batch_size": 128, "application": app}
+    return str(store.create_job(name=None, script="/x.py", args=[], spec=spec)["id"])
+
+
+def test_fifo_round_persists_decision_then_launches_and_gives_reasons() -> None:
+    svc, store, be = _svc()
+    ids = [_submit(store) for _ in range(3)]
+    svc.step()
+    assert [(a.kind, a.job_id) for a in be.applied] == [(ActionKind.LAUNCH, ids[0]), (ActionKind.LAUNCH, ids[1])]
+    assert store.get_job(ids[2])["reason"] == "Resources"
+    assert store.events(kinds=["decision"])[0]["data"]["policy"] == "fifo"
+    svc.step()
+    assert store.get_job(ids[0])["state"] == "RUNNING"
+    be.events.append(JobFinished(time.time(), ids[0]))
+    svc._dirty = True
+    svc.step()
+    assert store.get_job(ids[0])["state"] == "SUCCEEDED"
+    assert be.applied[-1].job_id == ids[2] and be.applied[-1].kind is ActionKind.LAUNCH
+
+
+@pytest.mark.parametrize("policy", ["fifo", "tiresias", "srtf"])
+def test_reclaim_vacates_the_returned_server_for_any_policy(policy: str) -> None:
+    svc, store, be = _svc(policy)
+    ids = [_submit(store, app=None if policy == "fifo" else "cifar10") for _ in range(4)]
+    svc.step()
+    assert (svc.engine.ctx.perf is None) == (policy == "fifo")  # models only when every job is profiled
+    store.add_loans([("loan-cpu-0", "cpu", 2)])
+    svc.wake()
+    svc.step()
+    on_loan = [j for j in ids if any(n == "loan-cpu-0" for n, _ in store.get_job(j)["placement"])]
+    assert len(on_loan) == 2
+    store.add_reclaim(1, time.time() + 30)
+    svc.step()
+    suspended = [a.job_id for a in be.applied if a.kind is ActionKind.SUSPEND]
+    assert sorted(suspended) == sorted(on_loan)
+    assert all(store.get_job(j)["state"] == "SUSPENDED" for j in on_loan)
+    assert store.list_loans()[0]["state"] == "RETURNED"
+    assert store.list_reclaims()[0]["nodes"] == ["loan-cpu-0"]
+    assert [n.node_id for n in svc.nodes()] == ["cpu-0"]
+
+
+def test_cancel_and_admin_resize() -> None:
+    svc, store, be = _svc()
+    a, b = _submit(store), _submit(store)
+    svc.step()
+    store.request_cancel(b)
+    store.request_resize(a, 2)
+    svc.step()
+    assert be.cancelled == [b] and store.get_job(b)["state"] == "CANCELLED"
+    resize = [x for x in be.applied if x.kind is ActionKind.RESIZE]
+    assert len(resize) == 1 and resize[0].allocation.gpus == 2 and resize[0].job_id == a
+    svc.step()  # fifo keeps the pinned size: no action undoes the resize
+    assert [x.kind for x in be.applied].count(ActionKind.RESIZE) == 1
+    store.request_resize(a, 3)  # does not fit on 2 slots: it waits, with a reason
+    svc.step()
+    assert "ResizePending" in store.get_job(a)["reason"]

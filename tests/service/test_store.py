@@ -1,0 +1,45 @@
+"""The SQLAlchemy store: jobs by id prefix, events, generations, loans; state survives a reopen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from elastisched.service.store import AmbiguousId, Store
+
+
+def test_state_survives_reopen_and_prefix_lookup(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    s = Store(url)
+    a = s.create_job(name="a", script="/x.py", args=["--n", "1"], spec={"num_gpus": 2, "batch_size": 8})
+    with s.tx() as c:
+        s.add_generation(c, a["id"], 1, cause="launch", placement=[["cpu-0", 2]], batch_size=8, port=1)
+    s.update_generation(a["id"], 1, state="RUNNING", pids=[[123, 456], [124, 457]])
+    s.add_loans([("loan-cpu-0", "cpu", 4)])
+    s.add_reclaim(1, 10.0)
+    s.close()
+    s = Store(url)
+    assert s.get_job(a["id"][:3])["args"] == ["--n", "1"]
+    assert s.generations(live=True)[0]["pids"] == [[123, 456], [124, 457]]
+    assert [e["kind"] for e in s.events()] == ["submitted", "loan_offered", "reclaim_requested"]
+    assert s.list_loans(("LOANED",))[0]["num_gpus"] == 4
+    assert s.list_reclaims(("PENDING",))[0]["count"] == 1
+    assert s.get_job("zz-no-such") is None
+    s.close()
+
+
+def test_ambiguous_prefix_is_an_error(tmp_path: Path) -> None:
+    s = Store(f"sqlite:///{tmp_path / 's.db'}")
+    ids = [s.create_job(name=None, script="/x", args=[], spec={"num_gpus": 1})["id"] for _ in range(40)]
+    first = {i[0] for i in ids}
+    shared = next(c for c in first if sum(i.startswith(c) for i in ids) > 1)
+    with pytest.raises(AmbiguousId):
+        s.get_job(shared)
+    assert s.count_jobs() == 40 and [r["id"] for r in s.list_jobs()] == ids  # submission order
+
+
+def test_any_sqlalchemy_url_in_memory() -> None:
+    s = Store("sqlite://")
+    s.set_meta("epoch", 1.5)
+    assert s.get_meta("epoch") == 1.5 and s.get_meta("missing", 7) == 7
