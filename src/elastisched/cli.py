@@ -175,3 +175,7 @@ def _optional_plugins() -> None:
 
 
 _optional_plugins()
+
+
+if __name__ == "__main__":
+    app()

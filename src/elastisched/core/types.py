@@ -213,7 +213,8 @@ class ClusterSnapshot:
 class Decision:
     """What a policy wants. `allocations` covers every job it runs; an absent job gets 0 GPUs.
 
-    The order of `allocations` matters: the placer fills open placements in that order.
+    The order of `allocations` matters: the placer fills open placements in that order. A pending job
+    without an entry in `reasons` waits behind jobs of higher priority ("Priority", as in Slurm).
     `next_round_at` is a hint: the policy promises its decision does not change before that time unless an
     event (arrival, completion, node change) happens, which lets the simulator skip idle rounds.
     """

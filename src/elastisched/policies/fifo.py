@@ -6,8 +6,6 @@ from elastisched.core.types import Allocation, ClusterSnapshot, Decision
 from elastisched.policies._common import fits
 from elastisched.policies.base import Policy, PolicyContext, register
 
-MAX_REASONS = 1000  # cap the REASON bookkeeping on very deep queues
-
 
 @register
 class FifoPolicy(Policy):
@@ -34,8 +32,6 @@ class FifoPolicy(Policy):
                     continue
                 blocked = True
                 reasons[jid] = "Resources"
-            elif len(reasons) < MAX_REASONS:
-                reasons[jid] = "Priority"
             else:
-                break
+                break  # everyone behind the blocked head waits for it ("Priority", the default reason)
         return Decision(allocs, reasons)

@@ -210,7 +210,8 @@ class Service:
         if reclaims:
             returned = self._choose_reclaim(snap, res.decision.reclaim, loaned, demand)
             actions = self._vacate(snap, actions, set(returned))
-        reasons = {jid: res.decision.reasons.get(jid) for jid, j in snap.jobs.items() if not j.is_running}
+        reasons = {jid: res.decision.reasons.get(jid, "Priority") for jid, j in snap.jobs.items()
+                   if not j.is_running}
         with self.store.tx() as c:  # persist the decision and its actions before acting on them
             if actions or returned:
                 self.store.add_event(None, "decision", {

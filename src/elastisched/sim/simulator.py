@@ -115,7 +115,7 @@ class Simulator:
         bounds = [b * spec.work_scale for b in app.epoch_end]
         job = SimJob(spec, app, bounds, updated=self.now)
         self.jobs[spec.job_id] = job
-        self.stale.add(spec.job_id)
+        self.views[spec.job_id] = job.make_view(self.now)  # insertion order = submission order
         on_submit = getattr(self.policy, "on_submit", None)
         if on_submit is not None:
             on_submit(spec, self.now)
@@ -153,7 +153,7 @@ class Simulator:
             for jid, job in self.running.items():
                 job.advance(self.now)
                 self.stale.add(jid)
-        for jid in self.stale:
+        for jid in sorted(self.stale):  # sorted: set order would depend on PYTHONHASHSEED
             job = self.jobs.get(jid)
             if job is None:
                 continue

@@ -1,0 +1,5 @@
+"""`python -m elastisched` = the `elastisched` command."""
+
+from elastisched.cli import app
+
+app()
