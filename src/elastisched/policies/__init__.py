@@ -1,7 +1,7 @@
 """Scheduling policies, one file each, registered by name (see `base.register`)."""
 
-from elastisched.policies import fifo, lyra, optimus, srtf, tiresias
+from elastisched.policies import fifo, jabas, lyra, optimus, srtf, tiresias
 from elastisched.policies.base import Policy, PolicyContext, make_policy, register, registered
 
-__all__ = ["Policy", "PolicyContext", "fifo", "lyra", "make_policy", "optimus", "register", "registered", "srtf",
-           "tiresias"]
+__all__ = ["Policy", "PolicyContext", "fifo", "jabas", "lyra", "make_policy", "optimus", "register",
+           "registered", "srtf", "tiresias"]

@@ -1,0 +1,159 @@
+"""The `jabas` cluster policy and its Pollux-profile IIDP model (docs/jabas.md "Cluster policy")."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+
+from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
+from elastisched.engine.invariants import check
+from elastisched.models import PerfModels
+from elastisched.models.similarity import AdaptiveBatchingConfig, expected_cosine_similarity
+from elastisched.policies.base import PolicyContext
+from elastisched.policies.jabas import (
+    JabasPolicy,
+    PolluxIIDP,
+    advance_gbs,
+    count_candidates,
+    dataset_size,
+    grad_trace,
+)
+
+SIA = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia" / "traces"
+needs_sia = pytest.mark.skipif(not SIA.is_dir(), reason="Sia traces not found")
+
+
+@pytest.fixture(scope="module")
+def sia() -> PerfModels:
+    return PerfModels.load(SIA)
+
+
+def _snap(nodes: tuple[NodeView, ...], jobs: dict[str, JobView], now: float = 0.0) -> ClusterSnapshot:
+    return ClusterSnapshot(now, nodes, jobs)
+
+
+def _pending(jid: str, app: str, bs: int, **kw: object) -> JobView:
+    return JobView(JobSpec(jid, 0.0, app, 1, bs, **kw), JobPhase.PENDING, Allocation())  # type: ignore[arg-type]
+
+
+HET = (NodeView("t0", "t4", 4, index=0), NodeView("a0", "a100", 4, index=1), NodeView("r0", "rtx", 4, index=2))
+
+
+@needs_sia
+def test_solver_is_exact_min_bottleneck(sia: PerfModels) -> None:
+    perf = PolluxIIDP(sia.app("imagenet"))
+    for groups, b, w in [({"t4": (2,), "a100": (1,)}, perf.lbs_grid[2], 9), ({"a100": (2,), "rtx": (1,)}, 46, 7)]:
+        cfg = perf.solve(groups, b, w)
+        assert cfg is not None
+        co = perf.coeffs(groups, b)
+        gpus = [t for t, gs in groups.items() for _ in range(sum(gs))]
+        brute = min(max(co[t][0] + co[t][1] * (x - 1) for t, x in zip(gpus, ws, strict=True))
+                    for ws in itertools.product(range(1, w + 1), repeat=len(gpus)) if sum(ws) == w)
+        assert cfg.iter_time == pytest.approx(brute, rel=1e-12)
+        assert sum(n * hi + (g - n) * (hi - 1) for g, hi, n in cfg.workers.values()) == w
+    assert perf.solve({"t4": (4,)}, 32, 3) is None  # fewer workers than GPUs
+
+
+@needs_sia
+def test_faster_gpus_get_more_workers(sia: PerfModels) -> None:
+    perf = PolluxIIDP(sia.app("imagenet"))
+    cfg = perf.solve({"t4": (4,), "a100": (4,)}, 46, 64)
+    assert cfg is not None
+    assert cfg.workers["a100"][1] > cfg.workers["t4"][1]
+    # heterogeneity-aware split beats the even split (one worker per GPU, GBS/N each)
+    assert cfg.iter_time < perf.uniform_time({"t4": (4,), "a100": (4,)}, cfg.gbs)
+
+
+def test_advance_gbs_follows_similarity(models: PerfModels) -> None:
+    app = models.app("cifar10")
+    trace = grad_trace(app)
+    cfg = AdaptiveBatchingConfig(0.1, app.init_batch_size, app.max_batch_size)
+    gbs, step, pts = advance_gbs(trace, cfg, 128, 60, 20 * dataset_size(app))
+    assert cfg.lower_bound <= gbs <= cfg.upper_bound and step > 1 and pts
+    # late in training the gradients are noisy: the batch grows, and ends near where cos ≈ γ
+    assert gbs > 128
+    sims = [expected_cosine_similarity(trace.stats(g, 60), g) for g in (gbs / 1.3, gbs * 1.3)]
+    assert gbs == cfg.upper_bound or sims[0] < 0.1 < sims[1] or sims[1] < 0.1
+
+
+def test_count_candidates() -> None:
+    c = count_candidates({"a": 4, "b": 3}, lo=2, hi=5)
+    assert all(2 <= sum(d.values()) <= 5 for d in c)
+    assert {"a": 4, "b": 0} in c and {"a": 2, "b": 3} in c and {"a": 1, "b": 1} in c
+    assert [sum(d.values()) for d in c] == sorted(sum(d.values()) for d in c)
+
+
+@needs_sia
+def test_single_job_gets_iidp_allocation(sia: PerfModels) -> None:
+    snap = _snap(HET, {"j": _pending("j", "imagenet", 800)})
+    pol = JabasPolicy()
+    d = pol.schedule(snap, PolicyContext(perf=sia))
+    a = d.allocations["j"]
+    check(d.allocations, snap, elastic=True)
+    app = sia.app("imagenet")
+    assert app.init_batch_size <= a.batch_size <= app.max_batch_size
+    assert a.local_batch is not None and a.batch_size >= a.local_batch * a.gpus
+    assert a.accumulation is not None and set(a.accumulation) <= set(a.nodes)
+    # the state carries the batch and the epoch of the plan
+    assert pol.state_dict()["jobs"]["j"]["gbs"] == a.batch_size
+
+
+@needs_sia
+def test_running_job_keeps_allocation_until_epoch_end_then_replans(sia: PerfModels) -> None:
+    pol = JabasPolicy()
+    ctx = PolicyContext(perf=sia)
+    job = _pending("j", "cifar10", 128)
+    a = pol.schedule(_snap(HET, {"j": job}), ctx).allocations["j"]
+    running = JobView(job.spec, JobPhase.RUNNING, a, epoch=0, batch_size=a.batch_size or 0)
+    again = pol.schedule(_snap(HET, {"j": running}, 60.0), ctx).allocations["j"]
+    assert again is a  # no epoch boundary: the very same allocation (no restart)
+    later = JobView(job.spec, JobPhase.RUNNING, a, epoch=80, batch_size=a.batch_size or 0)
+    b = pol.schedule(_snap(HET, {"j": later}, 600.0), ctx).allocations["j"]
+    assert pol.state_dict()["jobs"]["j"]["epoch"] == 80
+    assert (b.batch_size or 0) > (a.batch_size or 0)  # 80 epochs of the similarity rule grew the batch
+
+
+@needs_sia
+def test_jobs_share_cluster_within_bounds_and_types(sia: PerfModels) -> None:
+    jobs = {
+        "a": _pending("a", "imagenet", 800),
+        "b": _pending("b", "cifar10", 256, elastic=True, min_gpus=2, max_gpus=3),
+        "c": _pending("c", "yolov3", 32, gpu_types=("rtx",)),
+    }
+    snap = _snap(HET, jobs)
+    pol = JabasPolicy()
+    d = pol.schedule(snap, PolicyContext(perf=sia))
+    check(d.allocations, snap, elastic=True)
+    assert set(d.allocations) == {"a", "b", "c"}  # the fair share leaves room for everyone
+    assert 2 <= d.allocations["b"].gpus <= 3
+    assert {n for n, _ in d.allocations["c"].placement} <= {"r0"}
+    pol2 = JabasPolicy()
+    pol2.load_state_dict(copy.deepcopy(pol.state_dict()))
+    assert pol2.state_dict() == pol.state_dict()
+
+
+@needs_sia
+def test_cost_objective_is_cheaper(sia: PerfModels) -> None:
+    snap = _snap(HET, {"j": _pending("j", "imagenet", 3200)})
+    from elastisched.policies.jabas import type_price
+
+    def price(a: Allocation) -> float:
+        types = {n.node_id: n.gpu_type for n in HET}
+        return sum(type_price(types[n]) * g for n, g in a.placement)
+
+    t = JabasPolicy("time").schedule(snap, PolicyContext(perf=sia)).allocations["j"]
+    c = JabasPolicy("cost").schedule(snap, PolicyContext(perf=sia)).allocations["j"]
+    assert price(c) <= price(t)
+    with pytest.raises(ValueError, match="objective"):
+        JabasPolicy("speed")  # type: ignore[arg-type]
+
+
+def test_unprofiled_application_waits_with_reason(models: PerfModels) -> None:
+    nodes = (NodeView("n", "t4", 4),)
+    d = JabasPolicy().schedule(_snap(nodes, {"x": _pending("x", "nope", 8)}), PolicyContext(perf=models))
+    assert "x" not in d.allocations and "no profile" in d.reasons["x"]
+    assert math.isfinite(dataset_size(models.app("cifar10")))
