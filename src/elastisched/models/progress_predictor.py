@@ -50,6 +50,16 @@ def history_table(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return x, rho
 
 
+def _views(theta: np.ndarray, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Named views into one flat parameter vector (order: w1, b1, w2, b2)."""
+    out, i = {}, 0
+    for k, shp in shapes.items():
+        size = int(np.prod(shp)) if shp else 1
+        out[k] = theta[i:i + size].reshape(shp)
+        i += size
+    return out
+
+
 class BetaProgressPredictor:
     """ρ ~ Beta(epochs_done, ReLU(MLP(x)) + 1); refit from scratch whenever a finished job's log is added."""
 
@@ -98,34 +108,38 @@ class BetaProgressPredictor:
             x, rho = x[pick], rho[pick]
         self.mu = x.mean(axis=0)
         self.sd = np.where(x.std(axis=0) > 1e-12, x.std(axis=0), 1.0)
-        p = {"w1": rng.normal(0, 1 / np.sqrt(5), (5, HIDDEN)), "b1": np.zeros(HIDDEN),
-             "w2": rng.normal(0, 1 / np.sqrt(HIDDEN), HIDDEN), "b2": np.array(1.0)}
-        m = {k: np.zeros_like(v) for k, v in p.items()}
-        v2 = {k: np.zeros_like(v) for k, v in p.items()}
+        shapes = {"w1": (5, HIDDEN), "b1": (HIDDEN,), "w2": (HIDDEN,), "b2": ()}
+        init = [rng.normal(0, 1 / np.sqrt(5), (5, HIDDEN)).ravel(), np.zeros(HIDDEN),
+                rng.normal(0, 1 / np.sqrt(HIDDEN), HIDDEN), np.ones(1)]
+        theta = np.concatenate(init)  # one flat vector: Adam is 4 numpy ops per step
+        views = _views(theta, shapes)
+        m = np.zeros_like(theta)
+        v2 = np.zeros_like(theta)
         b1, b2, eps, t = 0.9, 0.999, 1e-8, 0
+        z_all = (x - self.mu) / self.sd
         for _ in range(self.epochs):
             order = rng.permutation(x.shape[0])
             for s in range(0, x.shape[0], self.batch_size):
                 idx = order[s:s + self.batch_size]
-                g = self._grad(x[idx], rho[idx], p)
+                g = self._grad_flat(z_all[idx], x[idx, 2], rho[idx], views) + self.weight_decay * theta
                 t += 1
-                for k in p:
-                    gk = g[k] + self.weight_decay * p[k]
-                    m[k] = b1 * m[k] + (1 - b1) * gk
-                    v2[k] = b2 * v2[k] + (1 - b2) * gk * gk
-                    p[k] = p[k] - self.lr * (m[k] / (1 - b1 ** t)) / (np.sqrt(v2[k] / (1 - b2 ** t)) + eps)
+                m = b1 * m + (1 - b1) * g
+                v2 = b2 * v2 + (1 - b2) * g * g
+                theta -= self.lr * (m / (1 - b1 ** t)) / (np.sqrt(v2 / (1 - b2 ** t)) + eps)
+        p = {k: np.array(v, copy=True) for k, v in views.items()}
         self.params = p
         return float(self.nll(self.x, self.rho))
 
-    def _grad(self, x: np.ndarray, rho: np.ndarray, p: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        alpha = np.maximum(x[:, 2], RHO_EPS)
-        beta, h, out = self._beta(x, p)
-        # d NLL / d beta for NLL = lnB(a, b) - (a-1) ln ρ - (b-1) ln(1-ρ)
-        dbeta = (digamma(beta) - digamma(alpha + beta) - np.log1p(-rho)) / x.shape[0]
-        dout = dbeta * (out > 0)
-        z = (x - self.mu) / self.sd
+    @staticmethod
+    def _grad_flat(z: np.ndarray, alpha: np.ndarray, rho: np.ndarray, p: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Gradient of the mean Beta NLL = lnB(a, b) − (a−1) ln ρ − (b−1) ln(1−ρ) w.r.t. the flat parameters."""
+        h = np.tanh(z @ p["w1"] + p["b1"])
+        out = h @ p["w2"] + p["b2"]
+        beta = np.maximum(out, 0.0) + 1.0
+        a = np.maximum(alpha, RHO_EPS)
+        dout = (digamma(beta) - digamma(a + beta) - np.log1p(-rho)) / z.shape[0] * (out > 0)
         dh = np.outer(dout, p["w2"]) * (1 - h * h)
-        return {"w2": h.T @ dout, "b2": np.array(dout.sum()), "w1": z.T @ dh, "b1": dh.sum(axis=0)}
+        return np.concatenate([(z.T @ dh).ravel(), dh.sum(axis=0), h.T @ dout, [dout.sum()]])
 
     def nll(self, x: np.ndarray, rho: np.ndarray) -> float:
         """Mean Beta negative log-likelihood."""
