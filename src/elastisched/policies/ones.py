@@ -1,0 +1,389 @@
+"""ONES (SC'21): online evolutionary search over per-job GPU counts (= batch sizes), ones.md §2, docs/ones.md.
+
+One generation per round on a population of K slot arrays kept across rounds (`state_dict`): refresh to caps,
+K uniform-crossover children (ξ), K job-drop mutants (θ), three-stage pad, truncation selection on predicted
+remaining GPU-time, contiguous min-disruption reorder. Elasticity limits (§2.7) set the caps first; the best
+individual is deployed only when every job it moves has done δ epochs since its last change (§2.9).
+
+Online only: throughput comes from `JobView.observed_throughput` (one reading per finished epoch), progress
+from the Beta-regression predictor on the job's per-epoch loss/accuracy log (`attrs` of the ONES trace,
+indexed by epochs done = progress / `epoch_work`). `JobView.total_work` (the hidden convergence point) is
+never read while a job runs. Bug fixes and readings: docs/ones.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView
+from elastisched.models.online_throughput import OnlineThroughput
+from elastisched.models.progress_predictor import BetaProgressPredictor, features, history_table
+from elastisched.policies import _ones_ops as ops
+from elastisched.policies.base import Policy, PolicyContext, register
+
+EMPTY = ops.EMPTY
+
+
+def default_history() -> Path | None:
+    """`$ELASTISCHED_ONES_DATA/traces/job_history.csv`, else `<repo>/../shared/peer-data/ones/traces/...`."""
+    env = os.environ.get("ELASTISCHED_ONES_DATA")
+    cands = [Path(env) / "traces" / "job_history.csv"] if env else []
+    cands.append(Path(__file__).resolve().parents[3] / ".." / "shared" / "peer-data" / "ones" / "traces"
+                 / "job_history.csv")
+    return next((c for c in cands if c.is_file()), None)
+
+
+@lru_cache(maxsize=4)
+def _bootstrap(path: str, seed: int) -> dict[str, Any]:
+    p = BetaProgressPredictor(seed=seed)
+    p.add(*history_table(path))
+    p.fit()
+    return p.state_dict()
+
+
+def job_batch(spec: JobSpec, n: int) -> int:
+    """Global batch on n GPUs: local batch fixed, linear LR scaling capped at max_lr (ones.md §1)."""
+    a = spec.attrs
+    local = int(a.get("local_batch", max(1, spec.batch_size // max(spec.num_gpus, 1))))
+    lr, max_lr = a.get("lr"), a.get("max_lr")
+    if lr is None or max_lr is None or lr * n <= max_lr:
+        return local * n
+    return max(n, (int(local * max_lr / lr) // n) * n)
+
+
+def _defer(cur: np.ndarray, best: np.ndarray, blocked: np.ndarray) -> np.ndarray:
+    """Per-job δ throttle (docs/ones.md A14): blocked jobs keep their current slots; a job whose target slots
+    collide with a deferred job's current slots is deferred too (kept as is, or not started), until stable."""
+    deferred = blocked.copy()
+    while True:
+        keep = np.where(deferred[np.where(cur >= 0, cur, 0)] & (cur >= 0), cur, EMPTY)
+        take = np.where((best >= 0) & ~deferred[np.where(best >= 0, best, 0)], best, EMPTY)
+        clash = (keep >= 0) & (take >= 0)
+        if not clash.any():
+            return np.where(keep >= 0, keep, take)
+        deferred[np.unique(take[clash])] = True
+
+
+@register
+class OnesPolicy(Policy):
+    name = "ones"
+    description = "ONES: online evolutionary search of per-job batch size / GPU count with online prediction."
+    interval = 5.0
+    elastic = True
+    needs_progress = True
+
+    def __init__(self, population: int = 16, xi: float = 0.5, theta: float = 0.3, delta_epochs: float = 1.0,
+                 scale_gate_epochs: float = 2.0, artifact_scale_gate: bool = False, scale_down_factor: float = 1.0,
+                 cap_factor: int = 4, sample_rho: bool = True, history: str | Path | None = None,
+                 interval: float = 5.0, refit: bool = True, throttle: str = "global", throughput_limit: bool = True,
+                 min_gain: float = 0.0, bootstrap: bool = True) -> None:
+        if throttle not in ("job", "global"):
+            raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
+        self.throttle, self.throughput_limit, self.min_gain = throttle, bool(throughput_limit), float(min_gain)
+        self.k, self.xi, self.theta, self.delta = int(population), float(xi), float(theta), float(delta_epochs)
+        self.scale_gate, self.artifact_gate = float(scale_gate_epochs), bool(artifact_scale_gate)
+        self.sd_factor, self.cap_factor, self.sample_rho = float(scale_down_factor), int(cap_factor), sample_rho
+        self.interval = float(interval)  # type: ignore[misc]
+        self.refit = refit
+        hist = Path(history) if history is not None else default_history()
+        self.history = str(hist) if hist is not None and bootstrap else None
+        self.thr = OnlineThroughput()
+        self.pred = BetaProgressPredictor()
+        self._rng: np.random.Generator | None = None
+        self.ids: list[str] = []  # job order of the genome columns (active jobs of the last round)
+        self.pop: np.ndarray | None = None  # (K, C) job indices into `ids`
+        self.slots: dict[str, list[int]] = {}  # deployed slots per job
+        self.js: dict[str, dict[str, Any]] = {}  # per-job ONES state (ones.md §2.3)
+        self.finished_run_times: list[float] = []
+        self.capacity = 0
+
+    # ------------------------------------------------------------------ hooks
+    def _ensure(self, ctx: PolicyContext) -> np.random.Generator:
+        if self._rng is None:
+            self._rng = np.random.default_rng(ctx.seed)
+            if self.history is not None and not self.pred.params:
+                self.pred.load_state_dict(_bootstrap(self.history, ctx.seed))
+        return self._rng
+
+    def on_finish(self, job_id: str, now: float) -> None:
+        st = self.js.pop(job_id, None)
+        self.thr.forget(job_id)
+        self.slots.pop(job_id, None)
+        if st is None:
+            return
+        self.finished_run_times.append(st.get("run_time", 0.0))
+        if st["log"] and st.get("epoch_size"):
+            total = st["total_epochs"] * st["epoch_size"]
+            rows = np.array([r[0] for r in st["log"]])
+            self.pred.add_job(rows, np.array([r[1] for r in st["log"]]), total)
+            if self.refit:
+                self.pred.fit()
+
+    # ------------------------------------------------------------------ per-job bookkeeping
+    def _observe(self, job: JobView) -> dict[str, Any]:
+        jid, a = job.job_id, job.spec.attrs
+        st = self.js.get(jid)
+        if st is None:
+            st = self.js[jid] = {"max_size": 1, "resume": 0, "last_change": 0.0, "last_placed": 0.0, "ran": False,
+                                 "logged": 0, "log": [], "epoch_size": a.get("epoch_size")}
+        ew = float(a.get("epoch_work", 0.0))
+        e = job.progress / ew if ew > 0 else float(job.epoch)
+        st["e"], st["run_time"] = e, job.run_time
+        st["total_epochs"] = job.total_work / ew if ew > 0 else max(e, 1.0)  # read at completion only
+        k = int(e + 1e-9)
+        if k > st["logged"]:
+            if job.gpus and job.gpus in job.observed_throughput:
+                self.thr.observe(jid, job.gpus, job.observed_throughput[job.gpus])
+            acc, loss = a.get("acc_curve"), a.get("loss_curve")
+            il = float(a.get("initial_loss", 0.0))
+            es = float(a.get("epoch_size") or 1.0)
+            for kk in range(st["logged"] + 1, k + 1):
+                ac = float(acc[min(kk, len(acc)) - 1]) if acc else 0.0
+                lo = float(loss[min(kk, len(loss)) - 1]) if loss else il
+                st["log"].append((features(es, il, kk, lo, ac).tolist(), kk * es))
+            st["logged"] = k
+        if job.gpus and not self.thr.points(jid)[0].size and job.gpus in job.observed_throughput:
+            self.thr.observe(jid, job.gpus, job.observed_throughput[job.gpus])
+        if job.gpus:
+            st["ran"] = True
+        return st
+
+    def _caps(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c: int,
+              med_pool: list[float], tp_limit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """GA caps and max sizes after scale-up / scale-down / scale-in limits (ones.md §2.7)."""
+        j = len(jobs)
+        caps = np.zeros(j, dtype=np.int64)
+        maxs = np.zeros(j, dtype=np.int64)
+        for i, (job, st) in enumerate(zip(jobs, sts, strict=True)):
+            n = job.gpus
+            limit = min(c, self.cap_factor * job.spec.num_gpus)
+            if n and executed[i]:
+                gate = st["e"] >= 1.0 if self.artifact_gate else st["e"] - st["last_change"] >= self.scale_gate
+                if gate:
+                    if n >= st["max_size"] and (tp_limit is None or st["max_size"] < tp_limit[i]):
+                        st["max_size"] = min(c, 2 * st["max_size"])
+                    caps[i] = min(st["max_size"], limit)
+                else:
+                    caps[i] = n
+            elif n:
+                caps[i] = n
+            elif executed[i]:
+                caps[i] = st["resume"] or st["max_size"]
+            maxs[i] = max(st["max_size"], caps[i])
+            if tp_limit is not None and executed[i]:
+                caps[i], maxs[i] = min(caps[i], tp_limit[i]), min(maxs[i], tp_limit[i])
+            if job.spec.elastic:  # a job the workload marks elastic stays within its bounds
+                caps[i], maxs[i] = min(caps[i], job.spec.gpu_cap), min(maxs[i], job.spec.gpu_cap)
+        run = [i for i in range(j) if jobs[i].gpus and executed[i]]
+        if run:
+            big = max(run, key=lambda i: (jobs[i].gpus, -i))
+            n, r = jobs[big].gpus, jobs[big].run_time
+            med = float(np.median(med_pool)) if med_pool else 0.0
+            if 2 * n >= c and med > 0 and r > med:
+                new = max(1, int(2 * n / (self.sd_factor * r / med + 1)))
+                caps[big] = min(caps[big], new + (new % 2))
+        return caps, maxs
+
+    # ------------------------------------------------------------------ layout helpers
+    def _current(self, snap: ClusterSnapshot, index: dict[str, int], node_first: dict[str, int]) -> np.ndarray:
+        """Deployed slot array (job indices) rebuilt from the snapshot and the slots we assigned."""
+        cur = np.full(self.capacity, EMPTY, dtype=np.int64)
+        pending: list[tuple[int, str, int]] = []
+        for jid, job in snap.jobs.items():
+            if not job.gpus:
+                self.slots.pop(jid, None)
+                continue
+            mine = self.slots.get(jid)
+            if mine is not None and self._same_nodes(mine, job):
+                cur[mine] = index[jid]
+            else:
+                pending += [(index[jid], n, g) for n, g in job.allocation.placement]
+        for ji, node, g in pending:  # placed by someone else (restore, placer): first free slots of the node
+            base = node_first[node]
+            width = next(nd.num_gpus for nd in snap.nodes if nd.node_id == node)
+            free = [s for s in range(base, base + width) if cur[s] == EMPTY][:g]
+            cur[free] = ji
+        return cur
+
+    def _same_nodes(self, slots: list[int], job: JobView) -> bool:
+        want = {n: g for n, g in job.allocation.placement}
+        have: dict[str, int] = {}
+        for s in slots:
+            nid = self._node_ids[self._node_of[s]]
+            have[nid] = have.get(nid, 0) + 1
+        return want == have
+
+    def _allowed(self, job: JobView, sl: np.ndarray) -> bool:
+        """Elastic bounds and GPU types (the genome is type-agnostic, like the artifact's one-type cluster)."""
+        spec = job.spec
+        if spec.elastic and not spec.min_gpus <= sl.size <= spec.gpu_cap:
+            return False
+        return not spec.gpu_types or all(self._node_types[int(n)] in spec.gpu_types for n in self._node_of[sl])
+
+    def _allocation(self, spec: JobSpec, slot_list: np.ndarray) -> Allocation:
+        nodes, cnt = np.unique(self._node_of[slot_list], return_counts=True)
+        placement = tuple((self._node_ids[int(n)], int(g)) for n, g in zip(nodes, cnt, strict=True))
+        return Allocation(placement, batch_size=job_batch(spec, int(slot_list.size)))
+
+    # ------------------------------------------------------------------ one round
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        rng = self._ensure(ctx)
+        c = snap.total_gpus
+        self._node_of = np.repeat(np.arange(len(snap.nodes)), [n.num_gpus for n in snap.nodes])
+        self._node_ids = [n.node_id for n in snap.nodes]
+        self._node_types = [n.gpu_type for n in snap.nodes]
+        node_first = {n.node_id: int(s) for n, s in zip(snap.nodes, np.cumsum([0] + [x.num_gpus for x in snap.nodes]),
+                                                         strict=False)}
+        jobs = list(snap.jobs.values())
+        ids = [j.job_id for j in jobs]
+        index = {jid: i for i, jid in enumerate(ids)}
+        sts = [self._observe(j) for j in jobs]
+        if c != self.capacity:
+            self.capacity, self.pop, self.slots = c, None, {}
+        cur = self._current(snap, index, node_first)
+        # remap the stored population onto this round's job order
+        if self.pop is not None:
+            remap = np.array([index.get(jid, EMPTY) for jid in self.ids] + [EMPTY], dtype=np.int64)
+            self.pop = remap[np.where(self.pop >= 0, self.pop, len(self.ids))]
+        self.ids = ids
+        if not jobs:
+            return Decision({})
+        e = np.array([st["e"] for st in sts])
+        running = np.array([j.gpus > 0 for j in jobs])
+        new = ~running & ((e < 1.0) | np.array([not st["ran"] for st in sts]))
+        executed = ~new & (e >= 1.0)
+        med_pool = [j.run_time for j in jobs if j.start_time is not None] + self.finished_run_times
+        pts_n, pts_x = self.thr.tables(ids)
+        limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
+        caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
+        rem = self._remaining(jobs, sts, executed, rng)
+        if self.pop is None:
+            self.pop = np.repeat(cur[None, :], self.k, axis=0)
+        best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng)
+        return self._deploy(snap, jobs, sts, cur, best, e, executed)
+
+    def _remaining(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:
+        """Predicted remaining samples y(1/ρ − 1) of executed jobs (ρ sampled, A2); NaN for the others."""
+        rem = np.full(len(jobs), np.nan)
+        idx = np.flatnonzero(executed)
+        if not idx.size:
+            return rem
+        x = np.array([sts[i]["log"][-1][0] if sts[i]["log"] else [0.0, 0.0, sts[i]["e"], 0.0, 0.0] for i in idx])
+        x[:, 2] = [sts[i]["e"] for i in idx]
+        y = np.array([sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0) for i in idx])
+        if self.pred.params:
+            rho = self.pred.sample(x, rng) if self.sample_rho else self.pred.mean(x)
+        else:
+            rho = np.full(idx.size, 0.5)  # no history: assume half done
+        rem[idx] = y * (1.0 / rho - 1.0)
+        return rem
+
+    def _generation(self, cur: np.ndarray, caps: np.ndarray, maxs: np.ndarray, new: np.ndarray,
+                    executed: np.ndarray, rem: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+        """One generation (ones.md §2.8); returns the best slot array and keeps the K survivors."""
+        assert self.pop is not None
+        c, j = cur.shape[0], caps.shape[0]
+        parents = ops.trim_to_caps(self.pop, caps)
+        pairs = np.array([rng.choice(parents.shape[0], 2, replace=False) for _ in range(self.k // 2)])
+        c1, c2 = ops.crossover(parents[pairs[:, 0]], parents[pairs[:, 1]], caps, rng, self.xi)
+        mutants = ops.mutate(parents, executed, rng, self.theta)
+        cand = np.concatenate([parents, c1, c2, mutants])
+        x1 = ops.interp_throughput(pts_n, pts_x, np.ones((1, j)))[0]
+        key = np.where(executed, np.nan_to_num(rem, nan=0.0) / x1, np.inf)
+        exec_order = np.flatnonzero(executed)[np.argsort(key[executed], kind="stable")]
+        counts = ops.pad(ops.counts(cand, j), c, np.flatnonzero(new), exec_order, caps,
+                         np.where(executed, maxs, 0))
+        keep = ops.select(ops.fitness(counts, rem, pts_n, pts_x), self.k)
+        self.pop = np.stack([ops.reorder(counts[i], cur, self._node_of) for i in keep])
+        return self.pop[0]
+
+    def _deploy(self, snap: ClusterSnapshot, jobs: list[JobView], sts: list[dict[str, Any]], cur: np.ndarray,
+                best: np.ndarray, e: np.ndarray, executed: np.ndarray) -> Decision:
+        """Apply `best` (ones.md §2.9): immediate starts on idle GPUs always; the rest only when every job
+        whose placement changes has done ≥ δ epochs since its last (re)placement."""
+        j = len(jobs)
+        changed = np.zeros(j, dtype=bool)
+        diff = cur != best
+        for col in (cur[diff], best[diff]):
+            changed[col[col >= 0]] = True
+        running = np.array([job.gpus > 0 for job in jobs])
+        blocked = changed & running & (e - np.array([st["last_placed"] for st in sts]) < self.delta)
+        full = not blocked.any()
+        if full:
+            out = best.copy()
+        elif self.throttle == "job":
+            out = _defer(cur, best, blocked)
+        else:  # artifact: defer everything but immediate starts on idle GPUs
+            out = cur.copy()
+            for i in np.flatnonzero(~running):
+                tgt = best == i
+                if tgt.any() and (out[tgt] == EMPTY).all():
+                    out[tgt] = i
+        started = np.zeros(j, dtype=bool)
+        started[np.unique(out[(out >= 0) & (cur == EMPTY)])] = True
+        if (started & ~running).any():  # others (re)started while preempted jobs were passed over: scale in
+            for i in np.flatnonzero(~running & executed):
+                if not (out == i).any() and sts[i]["resume"]:
+                    sts[i]["resume"] = max(1, sts[i]["resume"] // 2)
+                    sts[i]["max_size"] = sts[i]["resume"]
+        changed[:] = False
+        diff = cur != out
+        for col in (cur[diff], out[diff]):
+            changed[col[col >= 0]] = True
+        allocs: dict[str, Allocation] = {}
+        reasons: dict[str, str] = {}
+        self.slots = {}
+        for i, job in enumerate(jobs):
+            sl = np.flatnonzero(out == i)
+            st = sts[i]
+            if sl.size == 0:
+                if job.gpus:
+                    st["resume"] = st["max_size"]  # stopped: resume at max_size (worker_complete)
+                reasons[job.job_id] = "ONES: not in the best schedule" if full else "ONES: waiting (δ throttle)"
+                continue
+            if job.gpus and not changed[i]:
+                self.slots[job.job_id] = sl.tolist()
+                allocs[job.job_id] = job.allocation
+                continue
+            if not self._allowed(job, sl):
+                reasons[job.job_id] = "ONES: block lands on GPUs the job may not use"
+                continue
+            self.slots[job.job_id] = sl.tolist()
+            if sl.size != job.gpus:
+                st["last_change"] = st["e"]
+            st["last_placed"] = st["e"]
+            allocs[job.job_id] = self._allocation(job.spec, sl)
+        return Decision(allocs, reasons)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"ids": list(self.ids), "pop": None if self.pop is None else self.pop.tolist(),
+                "capacity": self.capacity, "slots": {k: list(v) for k, v in self.slots.items()},
+                "jobs": {k: dict(v) for k, v in self.js.items()}, "finished": list(self.finished_run_times),
+                "rng": None if self._rng is None else self._rng.bit_generator.state,
+                "thr": self.thr.state_dict(), "pred": self.pred.state_dict() if self.pred.params else None}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.ids = list(state["ids"])
+        self.pop = None if state["pop"] is None else np.asarray(state["pop"], dtype=np.int64).reshape(-1, state[
+            "capacity"])
+        self.capacity = int(state["capacity"])
+        self.slots = {k: list(v) for k, v in state["slots"].items()}
+        self.js = {k: dict(v) for k, v in state["jobs"].items()}
+        for st in self.js.values():
+            st["log"] = [(list(r[0]), r[1]) for r in st["log"]]
+        self.finished_run_times = list(state["finished"])
+        if state["rng"] is not None:
+            self._rng = np.random.default_rng()
+            self._rng.bit_generator.state = state["rng"]
+        self.thr.load_state_dict(state["thr"])
+        if state["pred"] is not None:
+            self.pred.load_state_dict(state["pred"])

@@ -1,0 +1,193 @@
+"""The `ones` policy: elasticity limits (ones.md §2.7), δ throttle (§2.9), determinism and state round trip."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from elastisched.core.cluster import parse_cluster
+from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
+from elastisched.engine.invariants import check
+from elastisched.engine.placer import place
+from elastisched.policies.base import PolicyContext
+from elastisched.policies.ones import OnesPolicy, _defer, default_history, job_batch
+
+E = -1
+HISTORY = default_history()
+needs_data = pytest.mark.skipif(HISTORY is None, reason="ONES artifact data (peer-data/ones) not found")
+
+
+def _job(jid: str, req: int, gpus: int, epochs: float, run_time: float = 0.0, ran: bool | None = None,
+         node: str = "n0") -> JobView:
+    spec = JobSpec(jid, 0.0, "cifar10", req, 256 * req, attrs={"epoch_work": 10.0, "epoch_size": 1000,
+                                                                 "local_batch": 256, "lr": 0.1, "max_lr": 1.6})
+    alloc = Allocation(((node, gpus),)) if gpus else Allocation()
+    return JobView(spec, JobPhase.RUNNING if gpus else JobPhase.PENDING, alloc, progress=epochs * 10.0,
+                   total_work=1e9, run_time=run_time, start_time=0.0 if (gpus or ran) else None)
+
+
+def _caps(pol: OnesPolicy, jobs: list[JobView], c: int, pool: list[float] | None = None) -> tuple[Any, Any]:
+    sts = [pol._observe(j) for j in jobs]
+    e = np.array([s["e"] for s in sts])
+    running = np.array([j.gpus > 0 for j in jobs])
+    new = ~running & ((e < 1) | np.array([not s["ran"] for s in sts]))
+    executed = ~new & (e >= 1)
+    return pol._caps(jobs, sts, executed, c, pool or [])
+
+
+def test_scale_up_doubles_only_at_max_size_and_caps_at_4x_request() -> None:
+    pol = OnesPolicy(bootstrap=False)
+    jobs = [_job("a", 2, 1, 3.0), _job("b", 2, 1, 0.5)]  # a executed at max_size 1; b too young
+    caps, _ = _caps(pol, jobs, 64)
+    assert pol.js["a"]["max_size"] == 2 and caps.tolist() == [2, 1]
+    pol.js["a"]["max_size"] = 16  # already doubled far past 4x request
+    jobs = [_job("a", 2, 16, 3.0), _job("b", 2, 1, 0.5)]
+    caps, maxs = _caps(pol, jobs, 64)
+    assert pol.js["a"]["max_size"] == 32 and caps[0] == 8 and maxs[0] == 32
+
+
+def test_scale_up_gate_intended_vs_artifact() -> None:
+    jobs = [_job("a", 4, 1, 2.5)]
+    pol = OnesPolicy(bootstrap=False)
+    pol._observe(jobs[0])
+    pol.js["a"]["last_change"] = 1.5  # resized one epoch ago: the intended gate (2 epochs) holds it
+    caps, _ = _caps(pol, jobs, 64)
+    assert caps[0] == 1 and pol.js["a"]["max_size"] == 1
+    art = OnesPolicy(bootstrap=False, artifact_scale_gate=True)
+    art._observe(jobs[0])
+    art.js["a"]["last_change"] = 1.5
+    caps, _ = _caps(art, jobs, 64)
+    assert caps[0] == 2 and art.js["a"]["max_size"] == 2
+
+
+def test_scale_down_of_giant_long_running_job() -> None:
+    pol = OnesPolicy(bootstrap=False)
+    big = _job("big", 16, 40, 5.0, run_time=300.0)
+    pol._observe(big)
+    pol.js["big"]["max_size"] = 64
+    small = _job("s", 1, 1, 5.0, run_time=50.0, node="n1")
+    # median run time 100: new = int(2·40 / (300/100 + 1)) = 20 (even)
+    caps, maxs = _caps(pol, [big, small], 64, pool=[100.0, 100.0, 50.0, 300.0, 100.0])
+    assert caps[0] == 20 and maxs[0] == 64
+    # shorter than the median: no scale-down
+    caps, _ = _caps(pol, [big, small], 64, pool=[400.0, 500.0, 50.0])
+    assert caps[0] == 64
+    # odd results round up to even: int(2·40/(1.5·... )) with med=120 → int(80/3.5)=22 → 22; med 110 → 21 → 22
+    caps, _ = _caps(pol, [big, small], 64, pool=[110.0])
+    assert caps[0] == 22
+
+
+def test_scale_in_halves_preempted_jobs_passed_over() -> None:
+    pol = OnesPolicy(bootstrap=False)
+    nodes = (NodeView("n0", "t4", 4, index=0),)
+    waiting = _job("w", 4, 0, 3.0, ran=True)
+    newcomer = _job("x", 1, 0, 0.0)
+    snap = ClusterSnapshot(10.0, nodes, {"w": waiting, "x": newcomer})
+    pol._observe(waiting)
+    pol.js["w"].update(resume=4, max_size=4, ran=True)
+    pol.capacity = 4
+    pol._node_of = np.zeros(4, dtype=np.int64)
+    pol._node_ids, pol._node_types = ["n0"], ["t4"]
+    sts = [pol.js["w"], pol._observe(newcomer)]
+    cur = np.full(4, E)
+    best = np.array([1, E, E, E])  # the newcomer starts, w is passed over
+    d = pol._deploy(snap, [waiting, newcomer], sts, cur, best, np.array([3.0, 0.0]), np.array([True, False]))
+    assert list(d.allocations) == ["x"] and pol.js["w"]["resume"] == 2 and pol.js["w"]["max_size"] == 2
+
+
+def test_delta_throttle_defers_young_changes_and_collisions() -> None:
+    cur = np.array([0, 0, 1, 1, E, E, E, E])
+    best = np.array([0, 0, 0, 0, 1, 1, 2, 2])  # 0 grows over 1's slots, 1 moves, 2 starts
+    blocked = np.array([False, True, False])  # 1 changed less than δ ago
+    out = _defer(cur, best, blocked)
+    # 1 stays; 0 would take 1's slots so it is deferred too (stays); 2 starts on idle GPUs
+    assert out.tolist() == [0, 0, 1, 1, E, E, 2, 2]
+
+
+def test_global_throttle_only_starts_jobs_on_idle_gpus() -> None:
+    pol = OnesPolicy(bootstrap=False, throttle="global")
+    nodes = (NodeView("n0", "t4", 4, index=0), NodeView("n1", "t4", 4, index=1))
+    a, b = _job("a", 2, 2, 3.0), _job("b", 2, 0, 0.0)
+    snap = ClusterSnapshot(10.0, nodes, {"a": a, "b": b})
+    pol.capacity = 8
+    pol._node_of = np.repeat([0, 1], 4)
+    pol._node_ids, pol._node_types = ["n0", "n1"], ["t4", "t4"]
+    sts = [pol._observe(a), pol._observe(b)]
+    sts[0]["last_placed"] = 2.5  # half an epoch since its last change
+    cur = np.array([0, 0, E, E, E, E, E, E])
+    best = np.array([0, 0, 0, 0, 1, E, E, E])
+    d = pol._deploy(snap, [a, b], sts, cur, best, np.array([3.0, 0.0]), np.array([True, False]))
+    assert d.allocations["a"] == a.allocation and d.allocations["b"].placement == (("n1", 1),)
+
+
+def test_batch_follows_gpu_count_with_lr_cap() -> None:
+    spec = JobSpec("j", 0.0, "cifar10", 4, 1024, attrs={"local_batch": 256, "lr": 0.005, "max_lr": 0.08})
+    assert [job_batch(spec, n) for n in (1, 4, 16)] == [256, 1024, 4096]
+    assert job_batch(spec, 32) == 4096 and job_batch(spec, 24) == (4096 // 24) * 24
+
+
+def _snap_conformance(seed: int) -> ClusterSnapshot:
+    rng = np.random.default_rng(seed)
+    nodes = tuple(NodeView(f"n{i}", t, int(g), index=i) for i, (t, g) in
+                  enumerate(zip(["t4", "v100", "t4"], rng.choice([1, 2, 4, 8], 3), strict=True)))
+    jobs: dict[str, JobView] = {}
+    for k in range(int(rng.integers(1, 10))):
+        g = int(rng.integers(1, 5))
+        elastic = bool(rng.integers(2))
+        spec = JobSpec(f"j{k}", float(k), "cifar10", g, 128 * g, min_gpus=1 if elastic else g,
+                       max_gpus=2 * g if elastic else g, elastic=elastic, gpu_types=("t4",) if k % 3 == 0 else ())
+        jobs[spec.job_id] = JobView(spec, JobPhase.PENDING, Allocation(), progress=float(rng.random() * 900),
+                                    total_work=1000.0, updated_at=100.0)
+    return ClusterSnapshot(200.0, nodes, jobs)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_conformance_bounds_types_and_state_round_trip(seed: int, models: object) -> None:
+    snap = _snap_conformance(seed)
+    pol = OnesPolicy(history=HISTORY)
+    state0 = copy.deepcopy(pol.state_dict())
+    d1 = pol.schedule(snap, PolicyContext(perf=models, seed=0))  # type: ignore[arg-type]
+    check(place(d1.allocations, snap), snap, pol.elastic)
+    pol2 = OnesPolicy(history=HISTORY)
+    pol2.load_state_dict(state0)
+    assert dict(pol2.schedule(snap, PolicyContext(perf=models, seed=0)).allocations) == dict(d1.allocations)  # type: ignore[arg-type]
+
+
+def _small_workload(models: Any) -> Any:
+    from elastisched.workloads.ones import load_ones_csv
+
+    assert HISTORY is not None
+    return load_ones_csv(Path(HISTORY).parent / "trace_1.csv", HISTORY, models, num_jobs=8)
+
+
+class _RoundTrip(OnesPolicy):
+    """Rebuilds itself from a JSON copy of its state at round `at`, as a restarted service would."""
+
+    at = 25
+
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Any:
+        self.rounds = getattr(self, "rounds", 0) + 1
+        if self.rounds == self.at:
+            state = json.loads(json.dumps(self.state_dict()))
+            OnesPolicy.__init__(self, history=HISTORY, refit=False)
+            self._rng = None
+            self.load_state_dict(state)
+        return super().schedule(snap, ctx)
+
+
+@needs_data
+def test_simulation_determinism_and_mid_run_state_round_trip(models: Any) -> None:
+    from elastisched.sim import SimConfig, simulate
+
+    wl = _small_workload(models)
+    nodes = parse_cluster("2x4:t4")
+    runs = [simulate(wl, cls(history=HISTORY, refit=False), nodes, models, SimConfig(seed=3)).jobs
+            for cls in (OnesPolicy, OnesPolicy, _RoundTrip)]
+    assert len(runs[0]) == 8
+    assert runs[0].equals(runs[1])
+    assert runs[0][["job", "end", "restarts"]].equals(runs[2][["job", "end", "restarts"]])
