@@ -106,3 +106,20 @@ def test_deterministic_across_processes(tmp_path: Path) -> None:
     assert outs[0] == outs[1] == outs[2]
     starts = [float(line.split(",")[3]) for line in outs[0].splitlines()[1:]]
     assert starts == sorted(starts)  # FIFO: started in submission (name) order
+
+
+def test_utilisation_matches_the_timeline(models: PerfModels) -> None:
+    """Busy/available GPU-seconds over the run agree with the recorded timeline (stale completion events
+    of resized jobs must not stretch the run)."""
+    import numpy as np
+
+    from elastisched.workloads import load_workload
+
+    w = load_workload("pollux:workload-1", models)
+    r = simulate(w, make_policy("optimus"), parse_cluster("16x4:t4"), models)
+    tl = r.timeline
+    end = max(tl["t"].max(), r.jobs["end"].max())
+    dt = np.diff(np.append(tl["t"].to_numpy(float), end))
+    expect = float((dt * tl["busy_gpus"]).sum() / (dt * tl["total_gpus"]).sum())
+    assert r.summary["gpu_utilization"] == pytest.approx(expect, rel=1e-6)
+    assert r.summary["gpu_utilization"] > 0.8  # Optimus keeps the cluster busy

@@ -315,15 +315,14 @@ class Simulator:
                 if t_ev > self.cfg.max_time:
                     break
                 t, _, kind, payload = heapq.heappop(self.heap)
+                if kind == COMPLETION and (payload[0].version != payload[1] or payload[0].end_time is not None):
+                    continue  # stale: the job's allocation changed since this completion was predicted
                 self.events += 1
                 self.now = t
                 if kind == ARRIVAL:
                     self._arrive(payload)
                 elif kind == COMPLETION:
-                    job, version = payload
-                    if version != job.version or job.end_time is not None:
-                        continue
-                    self._complete(job)
+                    self._complete(payload[0])
                 else:
                     self._set_loans(payload)
                     if self.reclaim_demand:  # inference is never delayed: decide now, on or off the tick grid
