@@ -8,7 +8,7 @@ from elastisched.core.errors import (
     UnknownPolicyError,
     WorkloadError,
 )
-from elastisched.core.events import Action, ActionKind, Event, Hints, JobFailed, JobFinished, JobSubmitted
+from elastisched.core.events import Action, ActionKind, Event, JobFailed, JobFinished
 from elastisched.core.types import (
     NO_ALLOCATION,
     Allocation,
@@ -34,14 +34,12 @@ __all__ = [
     "Decision",
     "ElastischedError",
     "Event",
-    "Hints",
     "InvariantViolation",
     "JobFailed",
     "JobFinished",
     "JobId",
     "JobPhase",
     "JobSpec",
-    "JobSubmitted",
     "JobView",
     "NodeId",
     "NodeView",

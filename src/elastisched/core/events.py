@@ -5,13 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from elastisched.core.types import Allocation, JobId, JobSpec, NodeId, NodeView
-
-
-@dataclass(frozen=True, slots=True)
-class JobSubmitted:
-    time: float
-    spec: JobSpec
+from elastisched.core.types import Allocation, JobId
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,25 +21,7 @@ class JobFailed:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class NodesChanged:
-    time: float
-    nodes: tuple[NodeView, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Hints:
-    """Measurements a running job reports (throughput, gradient statistics)."""
-
-    time: float
-    job_id: JobId
-    gpus: int
-    throughput: float
-    grad_sqr: float | None = None
-    grad_var: float | None = None
-
-
-Event = JobSubmitted | JobFinished | JobFailed | NodesChanged | Hints
+Event = JobFinished | JobFailed
 
 
 class ActionKind(StrEnum):
@@ -60,10 +36,3 @@ class Action:
     job_id: JobId
     allocation: Allocation
     previous: Allocation
-
-
-@dataclass(frozen=True, slots=True)
-class ReturnNodes:
-    """Give loaned servers back to the inference cluster."""
-
-    nodes: tuple[NodeId, ...]

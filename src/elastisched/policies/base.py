@@ -9,35 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
 from elastisched.core.errors import UnknownPolicyError
-from elastisched.core.types import ClusterSnapshot, Decision, JobSpec
-
-
-class PerfOracle(Protocol):
-    """What a policy may ask of the performance models (implemented in `elastisched.models`)."""
-
-    def step_time(self, app: str, gpu_type: str, placement: tuple[int, ...], local_batch: int,
-                  accumulation: int = 0) -> float: ...
-
-    def throughput(self, app: str, gpu_type: str, placement: tuple[int, ...], batch_size: int) -> float: ...
-
-    def goodput(self, app: str, gpu_type: str, placement: tuple[int, ...], batch_size: int,
-                epoch: int) -> float: ...
-
-    def batch_config(self, app: str, num_gpus: int, batch_size: int) -> tuple[int, int]: ...
-
-    def epoch_work(self, spec: JobSpec) -> tuple[float, ...]: ...
+from elastisched.core.types import ClusterSnapshot, Decision, JobId, JobSpec
+from elastisched.models.registry import PerfModels
 
 
 @dataclass(slots=True)
 class PolicyContext:
     """Side inputs of a round: performance models, a seeded RNG, free-form options."""
 
-    perf: PerfOracle | None = None
+    perf: PerfModels | None = None
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     seed: int = 0
     options: dict[str, Any] = field(default_factory=dict)
@@ -52,9 +37,17 @@ class Policy:
     interval: ClassVar[float | None] = None
     #: True if the policy may change a job's batch size / GPU count beyond its request
     elastic: ClassVar[bool] = False
+    #: False if the policy never reads progress/epoch of running jobs: the simulator then skips refreshing them
+    needs_progress: ClassVar[bool] = True
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         raise NotImplementedError
+
+    def on_submit(self, spec: JobSpec, now: float) -> None:
+        """A job arrived (called before the next round)."""
+
+    def on_finish(self, job_id: JobId, now: float) -> None:
+        """A job finished (called before the next round)."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}

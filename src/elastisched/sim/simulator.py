@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
 from elastisched.engine.loop import Engine
@@ -78,7 +79,7 @@ class Simulator:
         self.ctx = PolicyContext(perf=models, rng=np.random.default_rng(self.cfg.seed), seed=self.cfg.seed,
                                  options=dict(self.cfg.options))
         self.engine = Engine(policy, self.ctx, self.cfg.check_invariants)
-        self.now = 0.0
+        self.clock = SimClock()
         self.heap: list[tuple[float, int, int, Any]] = []
         self.seq = 0
         self.jobs: dict[JobId, SimJob] = {}  # active, submission order
@@ -105,6 +106,10 @@ class Simulator:
         self._pos_for: tuple[NodeView, ...] | None = None
         self._pos: dict[str, int] = {}
 
+    @property
+    def now(self) -> float:
+        return self.clock.now()
+
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any) -> None:
         self.seq += 1
@@ -116,9 +121,7 @@ class Simulator:
         job = SimJob(spec, app, bounds, updated=self.now)
         self.jobs[spec.job_id] = job
         self.views[spec.job_id] = job.make_view(self.now)  # insertion order = submission order
-        on_submit = getattr(self.policy, "on_submit", None)
-        if on_submit is not None:
-            on_submit(spec, self.now)
+        self.policy.on_submit(spec, self.now)
 
     def _complete(self, job: SimJob) -> None:
         job.advance(self.now, finishing=True)
@@ -134,9 +137,7 @@ class Simulator:
         self.running_views.pop(jid, None)
         self.stale.discard(jid)
         self.done.append(job)
-        on_finish = getattr(self.policy, "on_finish", None)
-        if on_finish is not None:
-            on_finish(job.spec.job_id, self.now)
+        self.policy.on_finish(jid, self.now)
 
     def _set_loans(self, n: int) -> None:
         have = len(self.active_loans)
@@ -149,7 +150,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ rounds
     def _snapshot(self) -> ClusterSnapshot:
-        if getattr(self.policy, "needs_progress", True):
+        if self.policy.needs_progress:
             for jid, job in self.running.items():
                 job.advance(self.now)
                 self.stale.add(jid)
@@ -318,7 +319,7 @@ class Simulator:
                 if kind == COMPLETION and (payload[0].version != payload[1] or payload[0].end_time is not None):
                     continue  # stale: the job's allocation changed since this completion was predicted
                 self.events += 1
-                self.now = t
+                self.clock.advance_to(t)
                 if kind == ARRIVAL:
                     self._arrive(payload)
                 elif kind == COMPLETION:
@@ -331,7 +332,7 @@ class Simulator:
                 nxt = t if interval is None else math.ceil(t / interval - 1e-9) * interval
                 pending_round = min(pending_round, nxt)
                 continue
-            self.now = pending_round
+            self.clock.advance_to(pending_round)
             hint = self._round()
             pending_round = INF
             if not self.running and not self.heap and self.jobs:
