@@ -329,7 +329,8 @@ class Simulator:
                     if self.reclaim_demand:  # inference is never delayed: decide now, on or off the tick grid
                         pending_round = t
                         continue
-                nxt = t if interval is None else math.ceil(t / interval - 1e-9) * interval
+                # next tick; an event within float noise after a tick is handled at its own time
+                nxt = t if interval is None else max(t, math.ceil(t / interval - 1e-9) * interval)
                 pending_round = min(pending_round, nxt)
                 continue
             self.clock.advance_to(pending_round)
@@ -341,7 +342,7 @@ class Simulator:
             if interval is not None and self.jobs:
                 nxt = self.now + interval
                 if hint is not None:
-                    nxt = max(nxt, math.ceil(hint / interval - 1e-9) * interval) if hint < INF else INF
+                    nxt = max(nxt, hint, math.ceil(hint / interval - 1e-9) * interval) if hint < INF else INF
                 pending_round = nxt
             if self.cfg.progress is not None and time.perf_counter() - last_report > 0.2:
                 last_report = time.perf_counter()
