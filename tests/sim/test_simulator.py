@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from elastisched.core.cluster import parse_cluster
-from elastisched.core.types import JobSpec
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec
 from elastisched.models import PerfModels
-from elastisched.policies.base import make_policy
+from elastisched.policies.base import Policy, PolicyContext, make_policy
 from elastisched.sim import LoanTimeline, SimConfig, simulate
+from elastisched.sim.simulator import Simulator
 from elastisched.workloads.schema import Workload
 from elastisched.workloads.traces import full_run_seconds
 
@@ -123,3 +124,50 @@ def test_utilisation_matches_the_timeline(models: PerfModels) -> None:
     expect = float((dt * tl["busy_gpus"]).sum() / (dt * tl["total_gpus"]).sum())
     assert r.summary["gpu_utilization"] == pytest.approx(expect, rel=1e-6)
     assert r.summary["gpu_utilization"] > 0.8  # Optimus keeps the cluster busy
+
+
+class _MoveToReturnedServer(Policy):
+    """At the reclaim round, moves x onto the loaned server and gives y the whole training node."""
+
+    name = "move-to-returned"
+    interval = None
+
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        al: dict[str, Allocation] = {}
+        if "x" in snap.jobs:
+            cur = snap.jobs["x"].allocation
+            al["x"] = Allocation((("loan-0", 2),)) if snap.reclaim_demand else (cur if cur.gpus else
+                                                                                 Allocation((("t4-0", 2),)))
+        if "y" in snap.jobs and snap.reclaim_demand:
+            al["y"] = Allocation((("t4-0", 4),))
+        return Decision(al)
+
+
+def test_move_onto_returned_server_never_overcommits(models: PerfModels) -> None:
+    x = JobSpec("x", 0.0, "cifar10", 2, 512, min_gpus=2, max_gpus=2)
+    y = JobSpec("y", 50.0, "cifar10", 4, 512, min_gpus=4, max_gpus=4)
+    sim = Simulator(wl(x, y), _MoveToReturnedServer(), parse_cluster("1x4:t4"), models,
+                    SimConfig(loans=LoanTimeline(((0.0, 1), (100.0, 0)))))
+    r = sim.run()
+    assert (r.timeline["busy_gpus"] <= r.timeline["total_gpus"]).all()
+    assert r.jobs.set_index("job").loc["x", "preemptions"] >= 1  # x gave up the node it was on
+
+
+def test_max_time_stops_rounds_too(models: PerfModels) -> None:
+    spec = JobSpec("a", 0.0, "cifar10", 1, 128)
+    sim = Simulator(wl(spec), make_policy("optimus"), parse_cluster("1x4:t4"), models, SimConfig(max_time=300.0))
+    sim.run()
+    assert sim.now <= 300.0
+
+
+def test_rounds_return_to_the_grid_and_same_time_loan_steps(models: PerfModels) -> None:
+    spec = JobSpec("a", 0.0, "cifar10", 1, 128, work_scale=0.2)
+    sim = Simulator(wl(spec), make_policy("optimus"), parse_cluster("1x4:t4"), models,
+                    SimConfig(loans=LoanTimeline(((0.0, 1), (95.0, 0)))))
+    sim.run()
+    times = [t for t, *_ in sim.timeline]
+    assert 95.0 in times and all(t % 60 == 0 for t in times if t != 95.0)
+    sim = Simulator(wl(spec), make_policy("fifo"), parse_cluster("1x4:t4"), models,
+                    SimConfig(loans=LoanTimeline(((0.0, 2), (100.0, 1), (100.0, 1)))))
+    sim.run()
+    assert len(sim.active_loans) == 1

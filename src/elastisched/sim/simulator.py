@@ -140,11 +140,16 @@ class Simulator:
         self.policy.on_finish(jid, self.now)
 
     def _set_loans(self, n: int) -> None:
-        have = len(self.active_loans)
-        if n > have:  # lend servers that are not on loan now (returns may have left gaps)
-            active = {x.node_id for x in self.active_loans}
-            self.active_loans.extend([x for x in self.loan_nodes if x.node_id not in active][: n - have])
-            self.nodes = self.train_nodes + tuple(self.active_loans)
+        """Make `n` servers available to training; a pending reclaim counts as already returned."""
+        have = len(self.active_loans) - self.reclaim_demand
+        if n > have:
+            cancel = min(self.reclaim_demand, n - have)  # inference needs fewer back than it asked
+            self.reclaim_demand -= cancel
+            have += cancel
+            if n > have:  # lend servers that are not on loan now (returns may have left gaps)
+                active = {x.node_id for x in self.active_loans}
+                self.active_loans.extend([x for x in self.loan_nodes if x.node_id not in active][: n - have])
+                self.nodes = self.train_nodes + tuple(self.active_loans)
         elif n < have:
             self.reclaim_demand += have - n
 
@@ -277,7 +282,12 @@ class Simulator:
                     continue  # already preempted by the reclaim
                 job.preemptions += 1
             elif act.allocation.placement and any(n not in self._node_map() for n in act.allocation.nodes):
-                continue  # placed on a node that was just returned; the job waits for the next round
+                # placed on a node that was just returned: the job waits for the next round, and gives up
+                # what it holds now, which the decision has handed to other jobs
+                if job.allocation.placement:
+                    job.preemptions += 1
+                    self._apply_allocation(job, NO_ALLOCATION)
+                continue
             self._apply_allocation(job, act.allocation)
         self.timeline.append((self.now, self.busy, self.engine_total_gpus(), len(self.active_loans)))
         return res.decision.next_round_at
@@ -333,6 +343,8 @@ class Simulator:
                 nxt = t if interval is None else max(t, math.ceil(t / interval - 1e-9) * interval)
                 pending_round = min(pending_round, nxt)
                 continue
+            if pending_round > self.cfg.max_time:
+                break
             self.clock.advance_to(pending_round)
             hint = self._round()
             pending_round = INF
@@ -340,7 +352,7 @@ class Simulator:
                 self.stalled = sorted(self.jobs)  # nothing runs and nothing will happen: jobs can never fit
                 break
             if interval is not None and self.jobs:
-                nxt = self.now + interval
+                nxt = (math.floor(self.now / interval + 1e-9) + 1) * interval  # back on the grid after off-grid rounds
                 if hint is not None:
                     nxt = max(nxt, hint, math.ceil(hint / interval - 1e-9) * interval) if hint < INF else INF
                 pending_round = nxt
