@@ -16,7 +16,6 @@ from elastisched.policies.base import Policy, PolicyContext, make_policy
 from elastisched.sim import LoanTimeline, SimConfig, simulate
 from elastisched.sim.simulator import Simulator
 from elastisched.workloads.schema import Workload
-from elastisched.workloads.traces import full_run_seconds
 
 
 def wl(*jobs: JobSpec) -> Workload:
@@ -26,7 +25,7 @@ def wl(*jobs: JobSpec) -> Workload:
 def test_single_job_runs_its_analytic_time(models: PerfModels) -> None:
     spec = JobSpec("a", 0.0, "cifar10", 4, 512, min_gpus=4, max_gpus=4, work_scale=0.05)
     r = simulate(wl(spec), make_policy("fifo"), parse_cluster("1x4:t4"), models)
-    run = full_run_seconds(models, "cifar10", 4, 512, "t4", 4) * 0.05
+    run = models.app("cifar10").run_seconds("t4", 4, 512, 4) * 0.05
     job = r.jobs.iloc[0]
     assert job["start"] == 0.0
     assert job["jct"] == pytest.approx(run + 30.0, rel=1e-6)  # + the 30 s restart cost of the launch

@@ -29,6 +29,12 @@ MAX_LOCAL_BSZ: dict[str, int] = {"yolov3": 8}
 DEFAULT_RESTART_COST = 30.0  # seconds; artifact `Job.reallocate` rescale_time
 
 
+def packed_shape(num_gpus: int, per_node: int) -> tuple[int, ...]:
+    """GPUs per node when `num_gpus` are packed onto nodes of `per_node` GPUs (fullest first)."""
+    full, rest = divmod(num_gpus, per_node)
+    return (per_node,) * full + ((rest,) if rest else ())
+
+
 @dataclass(frozen=True, slots=True)
 class BatchConfig:
     micro_batch: int  # per-replica batch of one forward/backward pass
@@ -105,6 +111,13 @@ class Application:
     def goodput(self, gpu_type: str, placement: tuple[int, ...], cfg: BatchConfig, epoch: int) -> float:
         """Reference steps of progress per second."""
         return self.efficiency.gain(cfg.global_batch, epoch) / self.iteration_time(gpu_type, placement, cfg)
+
+    def run_seconds(self, gpu_type: str, num_gpus: int, batch_size: int, per_node: int) -> float:
+        """Seconds for the whole application (work_scale 1) at a fixed packed size and batch, restarts excluded."""
+        cfg = self.batch_config(num_gpus, batch_size)
+        t_iter = self.iteration_time(gpu_type, packed_shape(num_gpus, per_node), cfg)
+        gains = self.efficiency.gains(cfg.global_batch)[: self.max_epochs]
+        return float(np.sum(np.diff(self.epoch_end) / gains) * t_iter)
 
     def iterations(self, batch_size: float, epoch: int) -> float:
         """Optimizer steps done after `epoch` epochs at this batch (artifact `get_iteration`)."""

@@ -47,6 +47,7 @@ import numpy as np
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, NodeId
 from elastisched.loaning.placement import Want, place
 from elastisched.loaning.reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
+from elastisched.models.application import packed_shape
 from elastisched.policies import _mckp
 from elastisched.policies.base import Policy, PolicyContext, register
 
@@ -62,11 +63,6 @@ class _Job:
     cap: int  # most GPUs phase 2 may give
     current: tuple[tuple[NodeId, int], ...]  # placement surviving the reclaim (() when pending)
     disturbed: bool  # the reclaim changed its placement this round
-
-
-def _packed(n: int, per_node: int) -> tuple[int, ...]:
-    full, rest = divmod(n, per_node)
-    return (per_node,) * full + ((rest,) if rest else ())
 
 
 @register
@@ -113,8 +109,8 @@ class LyraPolicy(Policy):
             app = ctx.perf.app(spec.application)  # type: ignore[union-attr]
             e = min(job.epoch, app.max_epochs - 1)
             have = 0 if r is None else len(r)
-            shape0 = _packed(base, per_node)
-            new = [app.goodput(t, shape0 + _packed(k, per_node), app.batch_config(base + k, spec.batch_size), e)
+            shape0 = packed_shape(base, per_node)
+            new = [app.goodput(t, shape0 + packed_shape(k, per_node), app.batch_config(base + k, spec.batch_size), e)
                    for k in range(have, max(k_max + 1, 2 * have))]
             r = np.maximum(np.array(new), 1e-12) if r is None else np.concatenate([r, np.maximum(new, 1e-12)])
             if len(self._gp) > 50_000:

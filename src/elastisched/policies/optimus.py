@@ -15,10 +15,9 @@ import heapq
 import math
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView
-from elastisched.models.application import Application
+from elastisched.models.application import Application, packed_shape
 from elastisched.policies._common import fits, node_types
 from elastisched.policies.base import Policy, PolicyContext, register
-from elastisched.policies.packing import packed_shape
 
 
 @register

@@ -9,9 +9,9 @@ more than `preempt_margin` × the restart cost (our rule; SRTF papers assume fre
 from __future__ import annotations
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView
+from elastisched.models.application import packed_shape
 from elastisched.policies._common import fits, node_types, take
 from elastisched.policies.base import Policy, PolicyContext, register
-from elastisched.policies.packing import packed_shape
 
 
 @register

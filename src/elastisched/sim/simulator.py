@@ -101,8 +101,6 @@ class Simulator:
         self.free: dict[str, int] = {}
         self.node_used = np.zeros(0, dtype=np.int64)
         self._used_for: tuple[NodeView, ...] | None = None
-        self._map_for: tuple[NodeView, ...] | None = None
-        self._map: dict[str, NodeView] = {}
         self._pos_for: tuple[NodeView, ...] | None = None
         self._pos: dict[str, int] = {}
 
@@ -243,8 +241,8 @@ class Simulator:
             job.allocation, job.cfg, job.shape = NO_ALLOCATION, None, ()
             self.running.pop(jid, None)
             return
-        pos = self._node_map()
-        types = {pos[n].gpu_type for n in alloc.nodes}
+        pos = self._node_pos()
+        types = {self.nodes[pos[n]].gpu_type for n in alloc.nodes}
         one = job.app.batch_config(1, job.app.init_batch_size)
         # mixed-type placements run at the pace of the slowest type (synchronous data parallelism)
         job.gpu_type = min(types, key=lambda t: job.app.throughput(t, (1,), one)) if len(types) > 1 else types.pop()
@@ -281,7 +279,7 @@ class Simulator:
                 if not job.allocation.placement:
                     continue  # already preempted by the reclaim
                 job.preemptions += 1
-            elif act.allocation.placement and any(n not in self._node_map() for n in act.allocation.nodes):
+            elif act.allocation.placement and any(n not in self._node_pos() for n in act.allocation.nodes):
                 # placed on a node that was just returned: the job waits for the next round, and gives up
                 # what it holds now, which the decision has handed to other jobs
                 if job.allocation.placement:
@@ -296,11 +294,6 @@ class Simulator:
         if self._pos_for is not self.nodes:
             self._pos_for, self._pos = self.nodes, {n.node_id: i for i, n in enumerate(self.nodes)}
         return self._pos
-
-    def _node_map(self) -> dict[str, NodeView]:
-        if self._map_for is not self.nodes:
-            self._map_for, self._map = self.nodes, {n.node_id: n for n in self.nodes}
-        return self._map
 
     def engine_total_gpus(self) -> int:
         if self._total_for is not self.nodes:

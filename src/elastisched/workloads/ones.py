@@ -109,18 +109,10 @@ def ones_batch(local_bs: int, lr: float, max_lr: float | None, n: int) -> tuple[
     return max(n, (int(local_bs * max_lr / lr) // n) * n), max_lr
 
 
-def _packed(n: int) -> tuple[int, ...]:
-    full, rest = divmod(n, GPUS_PER_NODE)
-    return (GPUS_PER_NODE,) * full + ((rest,) if rest else ())
-
-
 def _seconds_per_unit(models: PerfModels, app_name: str, gpus: int, batch: int) -> float:
     """Simulated seconds for one full application run (work_scale 1) at a fixed configuration."""
     app = models.app(app_name)
-    gpu_type = app.gpu_types[0]
-    cfg = app.batch_config(gpus, batch)
-    widths = np.diff(app.epoch_end)
-    return float(sum(w / app.goodput(gpu_type, _packed(gpus), cfg, e) for e, w in enumerate(widths)))
+    return app.run_seconds(app.gpu_types[0], gpus, batch, GPUS_PER_NODE)
 
 
 def load_ones_csv(path: str | Path, history: str | Path, models: PerfModels, num_jobs: int | None = None,

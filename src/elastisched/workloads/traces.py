@@ -63,22 +63,6 @@ def application_for(gpu_hours: float, draw: int) -> str:
     raise AssertionError("unreachable")
 
 
-def packed(num_gpus: int, gpus_per_node: int) -> tuple[int, ...]:
-    full, rest = divmod(num_gpus, gpus_per_node)
-    return (gpus_per_node,) * full + ((rest,) if rest else ())
-
-
-def full_run_seconds(models: PerfModels, app_name: str, num_gpus: int, batch: int, gpu_type: str,
-                     gpus_per_node: int) -> float:
-    """Seconds to do an application's whole work at a fixed size and batch (restart cost excluded)."""
-    app = models.app(app_name)
-    cfg = app.batch_config(num_gpus, batch)
-    t_iter = app.iteration_time(gpu_type, packed(num_gpus, gpus_per_node), cfg)
-    work = np.diff(app.epoch_end)
-    gains = np.array([app.efficiency.gain(cfg.global_batch, e) for e in range(app.max_epochs)])
-    return float(np.sum(work / gains) * t_iter)
-
-
 def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0, min_duration: float = 60.0,
                    max_gpu_hours: float = 1000.0, start: float | None = None, end: float | None = None,
                    sample: int | None = None, gpu_type: str = "t4", gpus_per_node: int = 4,
@@ -125,7 +109,7 @@ def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0
         g = min(g, app.max_batch_size // app.min_local_bsz)  # the profile cannot spread further
         key = (app_name, g)
         if key not in cache:
-            cache[key] = full_run_seconds(models, app_name, g, batch, gpu_type, gpus_per_node)
+            cache[key] = app.run_seconds(gpu_type, g, batch, gpus_per_node)
         jobs.append(JobSpec(job_id=f"{path.name.split('.')[0]}-{line - 2}", submit_time=float(t),
                             application=app_name, num_gpus=g, batch_size=batch, min_gpus=g, max_gpus=g,
                             work_scale=d / cache[key], duration=d))
