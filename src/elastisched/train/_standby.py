@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import sys
+
+from elastisched.train._entry import run_script
 
 
 def main() -> None:
@@ -37,10 +38,7 @@ def main() -> None:
         return  # the pool was closed
     job = json.loads(line)
     os.environ.update(job["env"])
-    script = os.path.abspath(job["script"])
-    sys.argv = [script, *job["args"]]
-    sys.path.insert(0, os.path.dirname(script))
-    runpy.run_path(script, run_name="__main__")
+    run_script(job["script"], job["args"])
 
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ def start_workers(
             env.update(extra_env)
         # All ranks share one new process group (the first worker leads it) for SIGKILL escalation.
         p = subprocess.Popen(
-            [python, "-u", os.fspath(script), *args],
+            [python, "-u", "-m", "elastisched.train._entry", os.fspath(script), *args],
             env=env,
             stdout=stdout,
             stderr=stderr,

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import numpy as np
 import torch
@@ -259,19 +259,36 @@ class ElasticContext:
         """Leave with status 0 after a checkpoint. With fast_exit (default) skip the interpreter teardown
         (about 1 s with torch loaded, all of it resize downtime) but first flush every open file object and
         run atexit handlers, so nothing a script wrote is lost."""
-        if dist.is_initialized():
-            dist.destroy_process_group()
         if not self.fast_exit:
+            if dist.is_initialized():
+                dist.destroy_process_group()
             sys.exit(0)
-        atexit._run_exitfuncs()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for obj in gc.get_objects():
-                if issubclass(type(obj), io.IOBase):  # type(), not isinstance: no __class__ lookups
-                    with contextlib.suppress(Exception):
-                        if not obj.closed:
-                            obj.flush()
-        os._exit(0)
+        hard_exit(0)
+
+
+def hard_exit(code: int) -> NoReturn:
+    """End the worker with `code` without interpreter teardown, losing nothing a script wrote.
+
+    Runs atexit handlers, destroys the process group, flushes every open file object, then `os._exit`.
+    Skipping teardown saves about 1 s of resize downtime with torch loaded, and avoids a gloo abort in
+    teardown: left to static destructors, gloo can destroy a joinable thread ("terminate called without
+    an active exception", exit -6 after a successful run; about 1 run in 50 under CPU load).
+    """
+    atexit._run_exitfuncs()
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            if issubclass(type(obj), io.IOBase):  # type(), not isinstance: no __class__ lookups
+                with contextlib.suppress(Exception):
+                    if not obj.closed:
+                        obj.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def save_atomic(directory: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
