@@ -1,4 +1,4 @@
-"""Run a worker script as __main__ and end the process with `runtime.hard_exit`.
+"""Run a worker script as __main__ and end the process with `hard_exit`.
 
 Launched workers start as `python -u -m elastisched.train._entry SCRIPT ARGS...` (and warm-pool
 interpreters call `run_script` the same way) so that a script which simply returns, or calls
@@ -8,10 +8,15 @@ never reach interpreter teardown, where they can abort a finished run (see `hard
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import gc
+import io
 import os
 import runpy
 import sys
 import traceback
+import warnings
 from typing import NoReturn
 
 
@@ -38,9 +43,33 @@ def run_script(script: str, args: list[str]) -> NoReturn:
     except BaseException:  # report like the interpreter would, then exit 1
         traceback.print_exc()
         code = 1
-    from elastisched.train.runtime import hard_exit  # torch is loaded by now; not before the script
-
     hard_exit(code)
+
+
+def hard_exit(code: int) -> NoReturn:
+    """End the worker with `code` without interpreter teardown, losing nothing a script wrote.
+
+    Runs atexit handlers, destroys the process group, flushes every open file object, then `os._exit`.
+    Skipping teardown saves about 1 s of resize downtime with torch loaded, and avoids a gloo abort in
+    teardown: left to static destructors, gloo can destroy a joinable thread ("terminate called without
+    an active exception", exit -6 after a successful run; about 1 run in 50 under CPU load).
+    """
+    atexit._run_exitfuncs()
+    dist = sys.modules.get("torch.distributed")  # never import torch here: a script may not use it
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            if issubclass(type(obj), io.IOBase):  # type(), not isinstance: no __class__ lookups
+                with contextlib.suppress(Exception):
+                    if not obj.closed:
+                        obj.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def main() -> None:
