@@ -160,3 +160,25 @@ def test_scaling_limit_stops_at_the_fastest_observed_size() -> None:
     assert ops.scaling_limit(pts_n, pts_x).tolist() == [4, big, big, big]  # row 2: 4 is fastest and largest
     # with a 10 % minimum gain, 190 → 200 at 2 → 4 GPUs is not worth it
     assert ops.scaling_limit(pts_n, pts_x, min_gain=0.1).tolist() == [4, big, 2, big]
+
+
+def test_pad_start_sizes_for_new_jobs() -> None:
+    # D1 (docs/ones.md): new jobs start at a per-job size, FIFO; the last one gets what is left
+    n = np.array([[0, 0, 2]])
+    caps = np.array([0, 0, 2])
+    out = ops.pad(n, 8, np.array([0, 1]), np.array([2]), caps, caps, start=np.array([4, 4, 1]))
+    assert out.tolist() == [[4, 2, 2]]
+    ones_ = ops.pad(n, 8, np.array([0, 1]), np.array([2]), caps, caps)
+    assert ones_.tolist() == [[1, 1, 2]]  # default: 1 GPU each (artifact)
+
+
+def test_fitness_time_counts_left_out_jobs_at_one_gpu() -> None:
+    # D4 (docs/ones.md, A1's other reading): remaining time; a job left out counts as if on 1 GPU
+    pts_n = np.array([[1.0, 2.0], [1.0, np.inf], [1.0, np.inf]])
+    pts_x = np.array([[10.0, 15.0], [5.0, 0.0], [1.0, 0.0]])
+    rem = np.array([30.0, 10.0, np.nan])
+    n = np.array([[2, 1, 4], [1, 0, 0]])
+    # row 0: 30/15 + 10/5 = 4; row 1: 30/10 + 10/5 (left out: one GPU) = 5
+    assert ops.fitness(n, rem, pts_n, pts_x, "time").tolist() == pytest.approx([4.0, 5.0])
+    # under GPU-time, dropping job 1 lowers the score (the artifact's bias towards preemption)
+    assert ops.fitness(n, rem, pts_n, pts_x)[1] < ops.fitness(np.array([[1, 1, 0]]), rem, pts_n, pts_x)[0]

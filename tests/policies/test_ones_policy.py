@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -111,7 +111,7 @@ def test_delta_throttle_defers_young_changes_and_collisions() -> None:
 
 def test_global_throttle_only_starts_jobs_on_idle_gpus() -> None:
     pol = OnesPolicy(bootstrap=False, throttle="global")
-    nodes = (NodeView("n0", "t4", 4, index=0), NodeView("n1", "t4", 4, index=1))
+    nodes = (NodeView("n0", "t4", 4), NodeView("n1", "t4", 4, index=1))
     a, b = _job("a", 2, 2, 3.0), _job("b", 2, 0, 0.0)
     snap = ClusterSnapshot(10.0, nodes, {"a": a, "b": b})
     pol.capacity = 8
@@ -191,3 +191,88 @@ def test_simulation_determinism_and_mid_run_state_round_trip(models: Any) -> Non
     assert len(runs[0]) == 8
     assert runs[0].equals(runs[1])
     assert runs[0][["job", "end", "restarts"]].equals(runs[2][["job", "end", "restarts"]])
+
+
+def test_start_at_request_and_growth_to_cap() -> None:
+    """Deviations D1/D2 (docs/ones.md): max_size starts at the request; growth jumps to the 4x cap."""
+    pol = OnesPolicy(bootstrap=False, start="request", growth="cap")
+    jobs = [_job("a", 2, 2, 3.0), _job("b", 4, 0, 0.0)]
+    caps, _ = _caps(pol, jobs, 64)
+    assert pol.js["b"]["max_size"] == 4 and pol._start_size(jobs[1].spec) == 4
+    assert pol.js["a"]["max_size"] == 8 and caps[0] == 8  # at its start size 2 with the gate open: 4x2
+    faithful = OnesPolicy(bootstrap=False)
+    caps, _ = _caps(faithful, [_job("a", 2, 1, 3.0)], 64)
+    assert faithful.js["a"]["max_size"] == 2 and caps[0] == 2  # artifact: start at 1, double
+    with pytest.raises(ValueError):
+        OnesPolicy(start="big")
+
+
+def test_remaining_uses_samples_done_when_asked() -> None:
+    """D3: y_j = samples really processed (JobView.samples_done) instead of epochs x epoch size."""
+    import dataclasses
+
+    job = dataclasses.replace(_job("a", 2, 2, 3.0), samples_done=4500.0)
+    rng = np.random.default_rng(0)
+    for flag, y in ((False, 3000.0), (True, 4500.0)):
+        pol = OnesPolicy(bootstrap=False, samples=flag)  # no predictor: rho = 0.5, remaining = y
+        sts = [pol._observe(job)]
+        assert pol._remaining([job], sts, np.array([True]), rng).tolist() == [pytest.approx(y)]
+
+
+def test_start_within_one_node() -> None:
+    """D1 "node": a new job starts at its request, but no larger than one node (known after a round)."""
+    pol = OnesPolicy(bootstrap=False, start="node")
+    big, small = _job("a", 16, 0, 0.0), _job("b", 2, 0, 0.0)
+    assert pol._start_size(big.spec) == 16  # node size not known yet
+    pol._node_gpus = 4
+    assert pol._start_size(big.spec) == 4 and pol._start_size(small.spec) == 2
+    assert OnesPolicy(bootstrap=False)._start_size(big.spec) == 1  # artifact
+
+
+@needs_data
+def test_start_node_admits_new_jobs_at_one_node_in_a_round(models: Any) -> None:
+    """End to end in one round: on an idle 2x4 cluster a 16-GPU request starts on 4 GPUs, a 2-GPU one on 2."""
+    jobs = {j.job_id: j for j in (_job("a", 16, 0, 0.0), _job("b", 2, 0, 0.0))}
+    nodes = (NodeView("n0", "t4", 4), NodeView("n1", "t4", 4, index=1))
+    snap = ClusterSnapshot(0.0, nodes, jobs)
+    ctx = PolicyContext(perf=models, rng=np.random.default_rng(0), seed=0)
+    dec = OnesPolicy(history=HISTORY, start="node").schedule(snap, ctx)
+    assert {k: a.gpus for k, a in dec.allocations.items()} == {"a": 4, "b": 2}
+    dec1 = OnesPolicy(history=HISTORY).schedule(snap, ctx)
+    assert {k: a.gpus for k, a in dec1.allocations.items()} == {"a": 1, "b": 1}
+
+
+class _RoundTripTuned(OnesPolicy):
+    """`_RoundTrip` with the deviations on (D1 "node", D3, D4): options are configuration, not state."""
+
+    opts: ClassVar[dict[str, Any]] = {"start": "node", "samples": True, "fitness": "time", "refit": False}
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**{**self.opts, **kw})
+
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Any:
+        self.rounds = getattr(self, "rounds", 0) + 1
+        if self.rounds == 25:
+            state = json.loads(json.dumps(self.state_dict()))
+            OnesPolicy.__init__(self, history=HISTORY, **self.opts)
+            self._rng = None
+            self.load_state_dict(state)
+        return super().schedule(snap, ctx)
+
+
+@needs_data
+def test_deviations_are_deterministic_and_survive_a_state_round_trip(models: Any) -> None:
+    from elastisched.sim import SimConfig, simulate
+
+    wl = _small_workload(models)
+    nodes = parse_cluster("2x4:t4")
+    tuned = _RoundTripTuned.opts
+    runs = [simulate(wl, OnesPolicy(history=HISTORY, **tuned), nodes, models, SimConfig(seed=3, resize_cost=8.0)).jobs
+            for _ in range(2)]
+    runs.append(simulate(wl, _RoundTripTuned(history=HISTORY), nodes, models,
+                         SimConfig(seed=3, resize_cost=8.0)).jobs)
+    assert len(runs[0]) == 8 and runs[0].equals(runs[1])
+    assert runs[0][["job", "end", "restarts"]].equals(runs[2][["job", "end", "restarts"]])
+    faithful = simulate(wl, OnesPolicy(history=HISTORY, refit=False), nodes, models,
+                        SimConfig(seed=3, resize_cost=8.0)).jobs
+    assert not faithful.equals(runs[0])  # the options do change the schedule

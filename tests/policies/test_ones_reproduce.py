@@ -33,6 +33,24 @@ def test_small_reproduction_writes_every_file(tmp_path: Path) -> None:
     assert saved["policies"]["ones"]["finished"] == 6
     assert saved["jct_ratio_vs_tiresias"] == pytest.approx(r["policies"]["tiresias"]["mean_jct"]
                                                             / r["policies"]["ones"]["mean_jct"])
+    assert saved["resize_cost_s"] == 8.0 and saved["restart_cost_s"] == 30.0  # the same costs for every policy
+    # the isolated per-job bound holds: no policy beats the job running alone at its best sizes
+    bound = saved["lower_bound_mean_jct"]
+    assert 30.0 < bound["ones"] <= saved["policies"]["ones"]["mean_jct"]
+    assert bound["fixed"] <= min(saved["policies"][p]["mean_jct"] for p in ("tiresias", "optimus"))
+
+
+@needs_data
+def test_reproduction_runs_tuned_and_faithful_ones(tmp_path: Path) -> None:
+    from elastisched.report.ones_reproduce import TUNED
+
+    r = run_ones_reproduction(tmp_path, Path(HISTORY).parents[1], num_jobs=4,  # type: ignore[arg-type]
+                              policies=("ones", "tiresias", "ones-faithful"),
+                              ones_options={**TUNED, "refit": False})
+    assert r["ones_options"]["start"] == "node" and {"ones", "ones-faithful"} <= r["policies"].keys()
+    assert r["faithful_jct_ratio_vs_tiresias"] == pytest.approx(r["policies"]["tiresias"]["mean_jct"]
+                                                                 / r["policies"]["ones-faithful"]["mean_jct"])
+    assert (tmp_path / "jobs-ones-faithful.csv").stat().st_size > 0
 
 
 def test_missing_data_names_the_option(tmp_path: Path) -> None:

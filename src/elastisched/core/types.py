@@ -119,7 +119,9 @@ class JobView:
 
     `progress` and `total_work` are in reference-batch steps (Pollux `progress` units); `epoch` counts
     finished epochs. `observed_throughput` maps a GPU count to the samples/s measured while the job ran at
-    that size (what an online policy such as ONES may learn from without seeing the model).
+    that size (what an online policy such as ONES may learn from without seeing the model). `samples_done`
+    counts the samples the job really processed (at a larger batch it processes more samples per unit of
+    `progress`, which is statistically-efficiency-adjusted).
     """
 
     spec: JobSpec
@@ -136,6 +138,7 @@ class JobView:
     num_restarts: int = 0
     batch_size: int = 0  # current global batch (0 when not running)
     observed_throughput: Mapping[int, float] = field(default_factory=_empty, compare=False)
+    samples_done: float = 0.0  # training samples actually processed, up to `updated_at` (restarts excluded)
 
     @property
     def job_id(self) -> JobId:

@@ -90,30 +90,41 @@ def _fill(n: np.ndarray, order: np.ndarray, target: np.ndarray, free: np.ndarray
 
 
 def pad(n: np.ndarray, capacity: int, new_order: np.ndarray, exec_order: np.ndarray, caps: np.ndarray,
-        max_size: np.ndarray) -> np.ndarray:
+        max_size: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
     """Three-stage greedy pad of (P, J) counts (§2.8).
 
-    1. new jobs (`new_order`, FIFO) absent from a row get 1 GPU while capacity remains;
+    1. new jobs (`new_order`, FIFO) absent from a row get 1 GPU while capacity remains (`start`: per-job
+       start size instead of 1, docs/ones.md D1; a job gets what is left when fewer GPUs are free);
     2. executed jobs (`exec_order`, ascending predicted remaining time on one GPU) rise to their GA cap;
     3. the same jobs rise to `max_size` (soaks up idle GPUs only).
     """
     n = np.atleast_2d(n).astype(np.int64, copy=True)
     free = capacity - n.sum(axis=1)
-    n = _fill(n, new_order, np.ones(n.shape[1], dtype=np.int64), free)
+    n = _fill(n, new_order, np.ones(n.shape[1], dtype=np.int64) if start is None else start, free)
     for target in (caps, max_size):
         free = capacity - n.sum(axis=1)
         n = _fill(n, exec_order, target, free)
     return n
 
 
-def fitness(n: np.ndarray, remaining: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray) -> np.ndarray:
-    """Predicted remaining GPU-time Σ_j n_j · rem_j / x_j(n_j) per row of (P, J) counts (§2.6); lower is better.
-    Jobs with rem ≤ 0 or non-finite (no prediction) contribute 0."""
+def fitness(n: np.ndarray, remaining: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
+            mode: str = "gpu_time") -> np.ndarray:
+    """Score per row of (P, J) counts; lower is better. Jobs with rem ≤ 0 or non-finite (no prediction)
+    contribute 0.
+
+    - "gpu_time" (§2.6, A1 as the code): predicted remaining GPU-time Σ_j n_j · rem_j / x_j(n_j); a job the
+      row leaves out adds 0.
+    - "time" (A1's other reading, docs/ones.md D4): predicted remaining time Σ_j rem_j / x_j(max(n_j, 1)); a
+      job the row leaves out is counted as if it ran on one GPU, so leaving a job out never lowers the score.
+    """
     known = np.isfinite(remaining) & (remaining > 0)
     if not known.any():
         return np.zeros(n.shape[0])
     cols = np.flatnonzero(known)
     nk = n[:, cols]
+    if mode == "time":
+        x = interp_throughput(pts_n[cols], pts_x[cols], np.maximum(nk, 1))
+        return (remaining[cols][None, :] / x).sum(axis=1)
     x = interp_throughput(pts_n[cols], pts_x[cols], nk)
     return (nk * remaining[cols][None, :] / x).sum(axis=1)
 

@@ -9,6 +9,12 @@ Online only: throughput comes from `JobView.observed_throughput` (one reading pe
 from the Beta-regression predictor on the job's per-epoch loss/accuracy log (`attrs` of the ONES trace,
 indexed by epochs done = progress / `epoch_work`). `JobView.total_work` (the hidden convergence point) is
 never read while a job runs. Bug fixes and readings: docs/ones.md.
+
+Deviations from the artifact, each a flag whose default is the artifact's behaviour (docs/ones.md
+"Deviations"): D1 `start` = "one" (artifact: new jobs get 1 GPU, `max_size` 1) | "request" | "node" (the
+request within one node); D2 `growth` = "double" (artifact) | "cap" (jump to the 4× cap); D3 `samples`: y_j
+from `JobView.samples_done` instead of epochs × epoch size; D4 `fitness` = "gpu_time" (artifact, A1) |
+"time" (remaining time, a left-out job counted at one GPU).
 """
 
 from __future__ import annotations
@@ -82,9 +88,17 @@ class OnesPolicy(Policy):
                  scale_gate_epochs: float = 2.0, artifact_scale_gate: bool = False, scale_down_factor: float = 1.0,
                  cap_factor: int = 4, sample_rho: bool = True, history: str | Path | None = None,
                  interval: float = 5.0, refit: bool = True, throttle: str = "global", throughput_limit: bool = True,
-                 min_gain: float = 0.0, bootstrap: bool = True) -> None:
+                 min_gain: float = 0.0, bootstrap: bool = True, start: str = "one", growth: str = "double",
+                 samples: bool = False, fitness: str = "gpu_time") -> None:
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
+        if start not in ("one", "request", "node"):
+            raise ValueError(f"start={start!r}: must be 'one', 'request' or 'node'")
+        if growth not in ("double", "cap"):
+            raise ValueError(f"growth={growth!r}: must be 'double' or 'cap'")
+        if fitness not in ("gpu_time", "time"):
+            raise ValueError(f"fitness={fitness!r}: must be 'gpu_time' or 'time'")
+        self.start, self.growth, self.use_samples, self.fitness = start, growth, bool(samples), fitness
         self.throttle, self.throughput_limit, self.min_gain = throttle, bool(throughput_limit), float(min_gain)
         self.k, self.xi, self.theta, self.delta = int(population), float(xi), float(theta), float(delta_epochs)
         self.scale_gate, self.artifact_gate = float(scale_gate_epochs), bool(artifact_scale_gate)
@@ -97,6 +111,8 @@ class OnesPolicy(Policy):
         self.pred = BetaProgressPredictor()
         self._rng: np.random.Generator | None = None
         self.ids: list[str] = []  # job order of the genome columns (active jobs of the last round)
+        self._specs: list[JobSpec] = []  # specs in the same order (this round)
+        self._node_gpus = 0  # GPUs of the largest node (this round; 0 = unknown)
         self.pop: np.ndarray | None = None  # (K, C) job indices into `ids`
         self.slots: dict[str, list[int]] = {}  # deployed slots per job
         self.js: dict[str, dict[str, Any]] = {}  # per-job ONES state (ones.md §2.3)
@@ -126,15 +142,26 @@ class OnesPolicy(Policy):
                 self.pred.fit()
 
     # ------------------------------------------------------------------ per-job bookkeeping
+    def _start_size(self, spec: JobSpec) -> int:
+        """GPUs a new job is admitted with: 1 (artifact), its request, or its request within one node (D1),
+        within its elastic bounds."""
+        if self.start == "one":
+            return 1
+        n = max(1, spec.num_gpus)
+        if self.start == "node" and self._node_gpus:
+            n = min(n, self._node_gpus)
+        return min(n, spec.gpu_cap) if spec.elastic else n
+
     def _observe(self, job: JobView) -> dict[str, Any]:
         jid, a = job.job_id, job.spec.attrs
         st = self.js.get(jid)
         if st is None:
-            st = self.js[jid] = {"max_size": 1, "resume": 0, "last_change": 0.0, "last_placed": 0.0, "ran": False,
+            st = self.js[jid] = {"max_size": self._start_size(job.spec), "resume": 0, "last_change": 0.0,
+                                 "last_placed": 0.0, "ran": False,
                                  "logged": 0, "log": [], "epoch_size": a.get("epoch_size")}
         ew = float(a.get("epoch_work", 0.0))
         e = job.progress / ew if ew > 0 else float(job.epoch)
-        st["e"], st["run_time"] = e, job.run_time
+        st["e"], st["run_time"], st["samples"] = e, job.run_time, job.samples_done
         st["total_epochs"] = job.total_work / ew if ew > 0 else max(e, 1.0)  # read at completion only
         k = int(e + 1e-9)
         if k > st["logged"]:
@@ -167,7 +194,8 @@ class OnesPolicy(Policy):
                 gate = st["e"] >= 1.0 if self.artifact_gate else st["e"] - st["last_change"] >= self.scale_gate
                 if gate:
                     if n >= st["max_size"] and (tp_limit is None or st["max_size"] < tp_limit[i]):
-                        st["max_size"] = min(c, 2 * st["max_size"])
+                        grown = 2 * st["max_size"] if self.growth == "double" else max(2 * st["max_size"], limit)
+                        st["max_size"] = min(c, grown)
                     caps[i] = min(st["max_size"], limit)
                 else:
                     caps[i] = n
@@ -235,12 +263,14 @@ class OnesPolicy(Policy):
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         rng = self._ensure(ctx)
         c = snap.total_gpus
+        self._node_gpus = max((n.num_gpus for n in snap.nodes), default=0)
         self._node_of = np.repeat(np.arange(len(snap.nodes)), [n.num_gpus for n in snap.nodes])
         self._node_ids = [n.node_id for n in snap.nodes]
         self._node_types = [n.gpu_type for n in snap.nodes]
         node_first = {n.node_id: int(s) for n, s in zip(snap.nodes, np.cumsum([0] + [x.num_gpus for x in snap.nodes]),
                                                          strict=False)}
         jobs = list(snap.jobs.values())
+        self._specs = [j.spec for j in jobs]
         ids = [j.job_id for j in jobs]
         index = {jid: i for i, jid in enumerate(ids)}
         sts = [self._observe(j) for j in jobs]
@@ -277,7 +307,11 @@ class OnesPolicy(Policy):
             return rem
         x = np.array([sts[i]["log"][-1][0] if sts[i]["log"] else [0.0, 0.0, sts[i]["e"], 0.0, 0.0] for i in idx])
         x[:, 2] = [sts[i]["e"] for i in idx]
-        y = np.array([sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0) for i in idx])
+        if self.use_samples:  # D3: samples really processed (JobView.samples_done)
+            y = np.array([sts[i].get("samples", 0.0) or sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0)
+                          for i in idx])
+        else:
+            y = np.array([sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0) for i in idx])
         if self.pred.params:
             rho = self.pred.sample(x, rng) if self.sample_rho else self.pred.mean(x)
         else:
@@ -299,9 +333,11 @@ class OnesPolicy(Policy):
         x1 = ops.interp_throughput(pts_n, pts_x, np.ones((1, j)))[0]
         key = np.where(executed, np.nan_to_num(rem, nan=0.0) / x1, np.inf)
         exec_order = np.flatnonzero(executed)[np.argsort(key[executed], kind="stable")]
+        start = None if self.start == "one" else np.array([min(self._start_size(self._specs[i]), c)
+                                                            for i in range(j)], dtype=np.int64)
         counts = ops.pad(ops.counts(cand, j), c, np.flatnonzero(new), exec_order, caps,
-                         np.where(executed, maxs, 0))
-        keep = ops.select(ops.fitness(counts, rem, pts_n, pts_x), self.k)
+                         np.where(executed, maxs, 0), start)
+        keep = ops.select(ops.fitness(counts, rem, pts_n, pts_x, self.fitness), self.k)
         self.pop = np.stack([ops.reorder(counts[i], cur, self._node_of) for i in keep])
         return self.pop[0]
 

@@ -29,6 +29,8 @@ class SimJob:
     shape: tuple[int, ...] = ()  # GPUs per node of the placement
     cfg: BatchConfig | None = None
     progress: float = 0.0
+    samples: float = 0.0  # training samples processed (restart time excluded)
+    samples_per_s: float = 0.0  # samples/s of the current configuration (0 when not running)
     epoch: int = 0
     restart_until: float = 0.0
     attained: float = 0.0
@@ -77,6 +79,7 @@ class SimJob:
             self.attained += dt * g
             self.run_time += dt
             self.gpu_seconds_by_type[self.gpu_type] = self.gpu_seconds_by_type.get(self.gpu_type, 0.0) + dt * g
+            self.samples += self.samples_per_s * max(0.0, t - max(self.updated, self.restart_until))
             if finishing:
                 self.progress, self.epoch = self.total, len(self.bounds) - 1
                 self.updated = t
@@ -126,5 +129,5 @@ class SimJob:
                 total_work=self.total, epoch=self.epoch, attained_service=self.attained, run_time=self.run_time,
                 updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
                 num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
-                observed_throughput=MappingProxyType(dict(self.observed)))
+                observed_throughput=MappingProxyType(dict(self.observed)), samples_done=self.samples)
         return self.view

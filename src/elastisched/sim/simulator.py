@@ -9,7 +9,11 @@ Semantics (details and the reasons for each in docs/simulator.md):
   batch of simultaneous events;
 - every launch or change of a running job's allocation costs the application's restart cost (30 s by
   default), during which it holds its GPUs and makes no progress; a suspended job keeps its progress
-  (checkpoint on preemption, as in the artifact);
+  (checkpoint on preemption, as in the artifact). Optional `SimConfig.resize_cost`: a change that keeps
+  some of the job's GPUs (an in-memory resize, as ONES's scaling agent, ones.md §4) costs that instead;
+  None (default) keeps the single restart cost, so every existing result is unchanged;
+- each job counts the samples it really processes (`JobView.samples_done`: current samples/s × time
+  outside restarts);
 - deterministic: events are ordered by (time, sequence number) and all randomness comes from the seed.
 """
 
@@ -38,6 +42,15 @@ from elastisched.workloads.schema import Workload
 ARRIVAL, COMPLETION, LOAN = 0, 1, 2
 
 
+def _keeps_gpus(old: Allocation, new: Allocation) -> bool:
+    """Whether a change from `old` to `new` keeps some GPUs: a running job shares at least one node with its
+    new placement (GPUs on a node are interchangeable in the model, so overlap is counted per node)."""
+    if not old.placement or not new.placement:
+        return False
+    have = dict(old.placement)
+    return any(min(have.get(n, 0), g) > 0 for n, g in new.placement)
+
+
 @dataclass(frozen=True, slots=True)
 class LoanTimeline:
     """Loanable inference servers over time: `(time, servers available to training)` steps."""
@@ -55,6 +68,8 @@ class LoanTimeline:
 class SimConfig:
     seed: int = 0
     restart_cost: float | None = None  # None = each application's own (30 s default)
+    # an in-place resize (a running job keeps some of its GPUs) costs this instead; None = the restart cost
+    resize_cost: float | None = None
     check_invariants: bool = True
     max_time: float = INF
     loans: LoanTimeline | None = None
@@ -233,12 +248,13 @@ class Simulator:
     def _apply_allocation(self, job: SimJob, alloc: Any) -> None:
         jid = job.spec.job_id
         job.version += 1
+        old = job.allocation
         self._account(job.allocation, -1)
         self.stale.add(jid)
         job.view = None
         job.rates = None
         if not alloc.placement:
-            job.allocation, job.cfg, job.shape = NO_ALLOCATION, None, ()
+            job.allocation, job.cfg, job.shape, job.samples_per_s = NO_ALLOCATION, None, (), 0.0
             self.running.pop(jid, None)
             return
         pos = self._node_pos()
@@ -251,15 +267,19 @@ class Simulator:
         batch = alloc.batch_size or job.spec.batch_size
         job.cfg = job.app.batch_config(gpus, batch)
         job.allocation = alloc
-        job.restart_until = self.now + (self.cfg.restart_cost if self.cfg.restart_cost is not None
-                                        else job.app.restart_cost)
+        restart = self.cfg.restart_cost if self.cfg.restart_cost is not None else job.app.restart_cost
+        if self.cfg.resize_cost is not None and _keeps_gpus(old, alloc):
+            # in-memory resize: survivors keep running state; a launch still in progress is not cut short
+            job.restart_until = max(job.restart_until, self.now + self.cfg.resize_cost)
+        else:
+            job.restart_until = self.now + restart
         job.launches += 1
         self._account(alloc, +1)
         if job.start_time is None:
             job.start_time = self.now
         else:
             job.last_resize = self.now
-        job.observed[gpus] = job.app.throughput(job.gpu_type, job.shape, job.cfg)
+        job.observed[gpus] = job.samples_per_s = job.app.throughput(job.gpu_type, job.shape, job.cfg)
         self.running[jid] = job
         t_end = job.finish_time()
         if t_end < INF:
