@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from elastisched.core.errors import WorkloadError
+from elastisched.core.errors import ConfigError, WorkloadError
 from elastisched.loaning.demand import DAY, DemandSeries, diurnal, from_csv, from_inference_tasks, low_stretches
 from elastisched.loaning.timeline import loan_plan
 from elastisched.workloads.schema import InferenceTask
@@ -81,3 +81,15 @@ def test_hold_delays_lending_after_a_busy_spell() -> None:
     d = DemandSeries((0.0, 100.0, 110.0), (0, 4, 0), 4)
     assert loan_plan(d).steps == ((0.0, 4), (100.0, 0), (110.0, 4))
     assert loan_plan(d, hold=600.0).steps == ((0.0, 4), (100.0, 0), (710.0, 4))
+
+
+def test_inference_tasks_overhead_and_one_gpu_per_task() -> None:
+    # DeepBoot runs each inference task on one GPU whatever num_replicas says, and its pod stays on the GPU
+    # for a start-up + keep-alive after the task: with overhead 36 s a 4 s task holds its GPU for 40 s.
+    tasks = [InferenceTask("i0", 0.0, "infer-ncf-1", 3, 4.0, 10), InferenceTask("i1", 20.0, "infer-ncf-1", 1, 4.0, 1)]
+    d = from_inference_tasks(tasks, servers=2, gpus_per_server=1, overhead=36.0, gpus_per_task=1)
+    assert [d.at(t) for t in (1.0, 10.0, 25.0, 39.0, 41.0, 59.0, 61.0)] == [1, 1, 2, 2, 1, 1, 0]
+    plain = from_inference_tasks(tasks, servers=2, gpus_per_server=1)
+    assert [plain.at(t) for t in (1.0, 5.0, 21.0, 25.0)] == [2, 0, 1, 0]  # num_replicas 3 capped at 2 servers
+    with pytest.raises(ConfigError):
+        from_inference_tasks(tasks, servers=2, overhead=-1.0)

@@ -83,3 +83,26 @@ def test_greedy_near_exact_on_diminishing_returns_at_scale() -> None:
         assert heur.value >= 0.98 * exact.value
         assert heur.value <= exact.value * (1 + 1e-9)
         assert exact.value <= upper_bound(w, v, cap) * (1 + 1e-9)
+
+
+def test_greedy_finds_a_value_that_comes_only_with_a_whole_server() -> None:
+    # Group B is worth something only with 4 extras (a whole server of its own; fewer would sit across
+    # servers and slow it). The hull order takes A's steep first GPU, then B's 4-GPU step no longer fits;
+    # the best-single-gain candidate takes B's step first. Exact: B at 4 (1547.85 − 7.385 for C's stall).
+    w = [np.arange(2), np.arange(5), np.arange(5)]
+    v = [np.array([0.0, 7.088]), np.array([-24.644, -141.897, -375.163, -326.336, 1547.85]),
+         np.array([-7.385, 1139.365, 781.208, 613.871, 826.858])]
+    exact = solve_dp(w, v, 4)
+    assert exact.choice == (0, 4, 0) and exact.value == pytest.approx(1540.465)
+    assert solve_greedy(w, v, 4, start=[1, 0, 1]).value == pytest.approx(exact.value)
+
+
+def test_greedy_repairs_a_start_choice_that_no_longer_fits() -> None:
+    # A running job (group 1) is worth something only at its current 3 extras; capacity shrank by one GPU
+    # since (a new base). Dropping group 0's one extra (the least value lost for one GPU) keeps group 1;
+    # the hull order closes group 1 and the best-single-gain fill takes group 5's 4-GPU step instead.
+    w = [np.arange(2), np.arange(4), np.arange(2), np.arange(2), np.arange(2), np.arange(5)]
+    v = [arr(0, 150), arr(-214, -595, -1450, 606), arr(0, 300), arr(0, 280), arr(0, 290), arr(0, 0, 0, 0, 900)]
+    exact = solve_dp(w, v, 5)
+    assert exact.value == pytest.approx(1196.0) and exact.choice[1] == 3
+    assert solve_greedy(w, v, 5, start=[1, 3, 1, 1, 0, 0]).value == pytest.approx(exact.value)

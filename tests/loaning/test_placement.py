@@ -60,3 +60,11 @@ def test_multi_node_job_takes_fullest_nodes_first() -> None:
     nodes = cluster([4, 4, 2], [])
     out = place(nodes, [Want("a", 6, 6, "t4")])
     assert sorted(g for _, g in out["a"]) == [2, 4]  # two nodes, not three
+
+
+def test_colocate_fills_the_jobs_own_server_before_loaned_ones() -> None:
+    nodes = cluster([4, 4], [4])
+    run = Want("e", 4, 1, "t4", (("t0", 1),))  # running 1-GPU job on t0 (2 GPUs there taken by "o")
+    other = Want("o", 2, 2, "t4", (("t0", 2),))
+    assert place(nodes, [other, run], colocate=True)["e"] == (("t0", 2), ("l0", 2))  # 1 free on t0, rest loaned
+    assert place(nodes, [other, run])["e"] == (("t0", 1), ("l0", 3))  # without: all extras loaned-first

@@ -56,17 +56,56 @@ def test_phase1_is_shortest_job_first_with_backfill() -> None:
     assert list(d2.allocations) == ["small"]  # "big" does not fit; "small" backfills behind it
 
 
-def test_phase2_knapsack_gives_extras_by_jct_reduction() -> None:
+@pytest.mark.parametrize(("value", "winner"), [("jct", "A"), ("rate", "B")])
+def test_phase2_knapsack_gives_extras_by_item_value(value: str, winner: str) -> None:
     # 8 GPUs: A (min 2, max 6, 6000 GPU·s of work left) and B (min 2, max 6, 600 GPU·s) both at base;
-    # 4 free GPUs: the exact optimum gives all 4 extras to A (T: 3000 → 1000 s) rather than B.
+    # 4 free GPUs. "jct": the exact optimum gives all 4 extras to A (T: 3000 → 1000 s saves 2000 s, B only
+    # 200 s). "rate": B's completion rate gains 1/100 − 1/300 per s, A's only 1/1000 − 1/3000: all 4 to B.
     a, b = spec("A", 2, 3000.0, lo=2, hi=6), spec("B", 2, 300.0, lo=2, hi=6)
-    d = LyraPolicy().schedule(snap(nodes(2, 0), view(a), view(b)), CTX)
-    assert sum(gpus(d, "A").values()) == 6 and sum(gpus(d, "B").values()) == 2
+    d = LyraPolicy(value=value).schedule(snap(nodes(2, 0), view(a), view(b)), CTX)
+    loser = "B" if winner == "A" else "A"
+    assert sum(gpus(d, winner).values()) == 6 and sum(gpus(d, loser).values()) == 2
 
 
-def test_extras_go_to_loaned_servers_and_base_to_training() -> None:
-    d = LyraPolicy().schedule(snap(nodes(1, 1), view(spec("E", 2, 1000.0, lo=2, hi=6))), CTX)
-    assert gpus(d, "E") == {"t0": 2, "l0": 4}
+@pytest.mark.parametrize(("penalty", "extras_to"), [(1.0, "B"), (0.0, "A")])
+def test_rate_value_charges_the_restart_through_the_remaining_time(penalty: float, extras_to: str) -> None:
+    # One 6-GPU server: B runs with base 2 + 2 extras, A (a hair shorter) waits; after both bases 2 GPUs are
+    # free. Without a penalty A's completion-rate gain is (barely) larger, so the extras move to A; with it,
+    # taking B's extras stalls B 30 s, which its rate loses (1/(T+30) − 1/T), so B keeps them.
+    b = view(spec("B", 2, 3000.0, lo=2, hi=4), (("t0", 4),), progress=0.5)
+    a = view(spec("A", 2, 3000.0, lo=2, hi=4), progress=0.5001)
+    d = LyraPolicy(value="rate", rescale_penalty=penalty).schedule(snap(nodes(1, 0, gpus=6), a, b), CTX)
+    other = "A" if extras_to == "B" else "B"
+    assert sum(gpus(d, extras_to).values()) == 4 and sum(gpus(d, other).values()) == 2
+
+
+def test_unknown_value_is_rejected() -> None:
+    with pytest.raises(ValueError, match="value="):
+        LyraPolicy(value="speed")
+
+
+@pytest.mark.parametrize(("colocate", "expect"), [(False, {"t0": 2, "l0": 4}), (True, {"t0": 4, "l0": 2})])
+def test_extras_go_to_loaned_servers_and_base_to_training(colocate: bool, expect: dict[str, int]) -> None:
+    # base on the training server; extras loaned-first, except (colocate) the free GPUs beside the base
+    d = LyraPolicy(colocate=colocate).schedule(snap(nodes(1, 1), view(spec("E", 2, 1000.0, lo=2, hi=6))), CTX)
+    assert gpus(d, "E") == expect
+
+
+def test_colocation_room_is_shared_and_predicted(models: object) -> None:
+    # Two running 1-GPU cifar10 jobs (max 3) on one 4-GPU training server with 2 free GPUs, a free loaned
+    # server beside. Each may hold its own GPU plus half the free ones there (local = 2): one extra each,
+    # beside its base. Extras on the loaned server would be slower than none (T4: 1+2 on two servers is
+    # 0.81× one GPU), so without colocation neither grows.
+    ns = nodes(1, 1)
+    a = JobView(JobSpec("A", 0.0, "cifar10", 1, 128, min_gpus=1, max_gpus=3, elastic=True), JobPhase.RUNNING,
+                Allocation((("t0", 1),)), progress=0.0, total_work=1e6)
+    b = JobView(JobSpec("B", 0.0, "cifar10", 1, 128, min_gpus=1, max_gpus=3, elastic=True), JobPhase.RUNNING,
+                Allocation((("t0", 1),)), progress=0.0, total_work=1e6)
+    ctx = PolicyContext(perf=models, rng=np.random.default_rng(0))  # type: ignore[arg-type]
+    d = LyraPolicy(colocate=True).schedule(snap(ns, a, b), ctx)
+    assert gpus(d, "A") == {"t0": 2} and gpus(d, "B") == {"t0": 2}
+    d0 = LyraPolicy(colocate=False).schedule(snap(ns, a, b), ctx)
+    assert gpus(d0, "A") == {"t0": 1} and gpus(d0, "B") == {"t0": 1}
 
 
 def test_inelastic_jobs_keep_their_request_and_running_jobs_stay() -> None:
@@ -128,3 +167,14 @@ def test_mckp_check_log_records_heuristic_and_exact(models: object) -> None:
     pol.schedule(snap(nodes(2, 1), *jobs), ctx)
     log = pol.mckp_log[-1]
     assert log["greedy"] <= log["exact"] + 1e-9 and log["groups"] == 3
+
+
+def test_base_prefers_the_training_servers_type_over_a_larger_loaned_type() -> None:
+    # V100 training server (4 GPUs) beside two loaned T4 servers (8 GPUs): the base goes to the V100 server
+    # while it fits there, although T4 has more free GPUs; a base too big for it takes the T4 servers.
+    ns = (NodeView("v0", "v100", 4, Pool.TRAIN, 0), NodeView("l0", "t4", 4, Pool.LOANABLE, 1),
+          NodeView("l1", "t4", 4, Pool.LOANABLE, 2))
+    d = LyraPolicy().schedule(snap(ns, view(spec("J", 2, 100.0))), CTX)
+    assert gpus(d, "J") == {"v0": 2}
+    d2 = LyraPolicy().schedule(snap(ns, view(spec("K", 8, 100.0))), CTX)
+    assert gpus(d2, "K") == {"l0": 4, "l1": 4}

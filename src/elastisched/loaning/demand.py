@@ -14,8 +14,11 @@ Readings of ambiguities (written down as the design asks):
 - DeepBoot rows: a row holds `num_replicas` GPUs from `submit_time` for `duration` seconds; `num_task`
   (DeepBoot's request count inside the pod) is ignored unless `seconds_per_task` is given, in which case the
   row holds its GPUs for `num_task × seconds_per_task` seconds. Busy servers = ⌈busy GPUs / GPUs per
-  server⌉ (the inference scheduler packs its pods), capped at the cluster size (excess demand is served by
-  the inference side's own queue, which Lyra never sees).
+  server⌉ (the inference scheduler packs its pods); `overhead` seconds are added to every hold (DeepBoot: a
+  pod's start-up plus the keep-alive it stays on its GPU after the task) and `gpus_per_task` overrides
+  `num_replicas` (DeepBoot's simulator runs every inference task on one GPU whatever the row says). Busy
+  servers are capped at the cluster size (excess demand is served by the inference side's own queue, which
+  Lyra never sees).
 - The generator's noise is drawn once per sample point; utilisation is clipped to [0, 1] and rounded to
   whole servers (loaning is in whole servers, lyra.md §1.2).
 """
@@ -162,18 +165,22 @@ def from_csv(path: str | Path, servers: int | None = None) -> DemandSeries:
 
 
 def from_inference_tasks(tasks: Iterable[InferenceTask], servers: int, gpus_per_server: int = 4, *,
-                         seconds_per_task: float | None = None) -> DemandSeries:
+                         seconds_per_task: float | None = None, overhead: float = 0.0,
+                         gpus_per_task: int | None = None) -> DemandSeries:
     """Busy servers implied by DeepBoot inference rows (see the module docstring for the reading)."""
     if servers <= 0 or gpus_per_server <= 0:
         raise ConfigError("servers/gpus_per_server", (servers, gpus_per_server), "must be > 0")
+    if overhead < 0:
+        raise ConfigError("overhead", overhead, "must be >= 0")
     deltas: dict[float, int] = {0.0: 0}
     for task in tasks:
         hold = task.num_task * seconds_per_task if seconds_per_task is not None else task.duration
-        if hold <= 0 or task.num_replicas <= 0:
+        gpus = task.num_replicas if gpus_per_task is None else gpus_per_task
+        if hold <= 0 or gpus <= 0:
             continue
-        deltas[task.submit_time] = deltas.get(task.submit_time, 0) + task.num_replicas
-        end = task.submit_time + hold
-        deltas[end] = deltas.get(end, 0) - task.num_replicas
+        deltas[task.submit_time] = deltas.get(task.submit_time, 0) + gpus
+        end = task.submit_time + hold + overhead
+        deltas[end] = deltas.get(end, 0) - gpus
     times = sorted(deltas)
     gpus = np.cumsum([deltas[t] for t in times])
     busy = np.minimum(np.ceil(gpus / gpus_per_server).astype(int), servers)

@@ -12,17 +12,46 @@ Set-up (every choice is an option of `LyraExperiment`):
   least as large as its training clusters, lyra.md §1.1), diurnal demand (`demand.diurnal`: peak 0.75,
   trough 0.10, utilisation below 40 % for about half of every day), lent beyond `headroom` servers with a
   `notice`-second reclaim notice, a server lent only after `hold` seconds idle (`timeline.loan_plan`).
-  Only T4 profiles ship with the package, so loaned and training servers have the same GPU type here (the
-  policy handles per-type capacity regardless).
+  By default both sides are T4 (the only bundled profiles). Heterogeneous: `train_gpu_type="v100"` with Sia's
+  per-type profiles loaded (`reproduce lyra --profiles …/sia/traces --train-gpu v100`) makes the training
+  servers V100 and leaves the loaned inference servers T4; the calibration then sizes the V100 cluster. A job
+  runs on one type, so loaned T4 servers serve jobs that start there (bases only when the V100 servers are
+  full) and the extras of jobs already on T4.
 - Configurations: baseline = FIFO, no loaning, no elasticity; `sjf_only` = lyra without loaning or elastic
   scaling; `loaning_only` = lyra without elastic scaling; `elastic_only` = lyra without loaning; `lyra` = full
   Lyra (greedy reclaim), plus one full-Lyra run per other reclaim method. The full run also evaluates every
   reclaim method on each of its own reclaim instances (`compare_reclaim`) and checks phase 2 greedy vs
   exact on every round (`check_mckp`).
-- Peer check: DeepBoot's `small.csv` (160 training jobs, 3,200 inference tasks) on 16×4 GPUs whose upper
-  8 nodes are the inference side (inference served first; a row holds its GPUs for `duration` s, servers
-  lent after 600 s idle); training jobs are made elastic (min 1, max 4 × request) as DeepBoot's
-  Pollux-derived jobs are adaptive (`min_request=True` keeps min = request instead).
+- Plots: `cdf.png` (queuing delay and JCT CDFs per configuration), `loans.png` (inference utilisation and
+  loanable servers; servers on loan and reclaimed in the lyra run; busy GPUs), linked from `report.html`.
+
+DeepBoot comparison (`deepboot_compare`, `elastisched reproduce lyra-deepboot --workload small.csv`, or
+`reproduce lyra --peer`). Facts from DeepBoot's simulator (czq693497091/DeepBoot @ cc85a24: `simulator.py`,
+`tiresias.py`, `aryl.py`, `infer_scheduler.py`, `applications.py`, `experiment/cmd/16node-4gpu/small/*.sh`)
+and the reading we take of each:
+- Cluster: `--min-nodes 16 --num-gpus 4`, one pool of 64 GPUs shared by training and inference; rounds every
+  60 s (`--interval 60`), the inference scheduler in between. In its Aryl runs (`ARYL=1`) inference is
+  placed on the upper 8 nodes only and any training worker on a node that hosts inference is removed
+  (`aryl_remove`): inference is served first. We model exactly that split: 8 training servers plus 8
+  inference servers that lend every idle server (headroom 0, notice 0: a reclaim is immediate) after `hold`
+  (600 s) idle. Our tiresias runs on the same split and loan plan (the simulator returns the most recently
+  lent servers when a policy does not choose; DeepBoot's Tiresias instead loses `#inference` GPUs anywhere).
+- Inference: every task holds one GPU (`Job.__init__` forces `target_num_replicas = 1`) for its `duration`
+  plus a start-up delay (`APPLICATIONS_DELAY['infer-*']`, 4–8 s) and a keep-alive of 30–120 s after it
+  (ATS-I `PROTECT` state, `calculate_protect_time`); we add a fixed 36 s (`pod_overhead`). The load is
+  light: ≈ 0.3 GPUs busy on average, ≈ 2.3 with the keep-alive.
+- Training jobs: `num_replicas` and `batch_size` of the CSV. DeepBoot's Tiresias runs each job at exactly
+  `num_replicas` GPUs and its batch size (`target_num_replicas`, `target_batch_size`); its Aryl treats a job
+  as elastic between 0 (not running) and `num_replicas` (`get_afs_job_info`: `min_replicas=0`,
+  `max_replicas=target_num_replicas`) at the fixed batch size. So our lyra gets min 1, max = request
+  (`max_factor=1`), and our tiresias the request.
+- Restart cost: DeepBoot stalls a training job `APPLICATIONS_DELAY[app]` seconds on every reallocation
+  (bert 103, cifar10 24, ncf 25, deepspeech2 18, yolov3 26, imagenet 35); we use the same per-app figures.
+- Measure: DeepBoot's JCT is `completion_time − submission_time`; its `summary.json` `avgs` averages it over
+  training jobs and inference tasks together. The figures we compare with (Aryl 42,310 s, Tiresias 2,618 s,
+  peer-data README) are the averages over the 160 training jobs only; so is ours.
+- Job run times come from our Pollux-derived models, which DeepBoot's simulator shares (its
+  `applications.py` is Pollux's), so the figures are comparable but not identical.
 
 The simulator is injected (`Runner`): this package may not import `elastisched.sim` (DESIGN.md dependency
 rule), so the CLI passes a function that builds `SimConfig(seed, loans=LoanTimeline(plan.steps, ...))`.
@@ -41,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from elastisched.core.types import NodeView, Pool
-from elastisched.loaning.demand import DAY, diurnal, from_inference_tasks, low_stretches
+from elastisched.loaning.demand import DAY, DemandSeries, diurnal, from_inference_tasks, low_stretches
 from elastisched.loaning.timeline import LoanPlan, loan_plan
 from elastisched.models.registry import PerfModels
 from elastisched.policies import lyra as _lyra_policy  # noqa: F401  (registers "lyra" for make_policy)
@@ -77,6 +106,8 @@ class LyraExperiment:
     variants: tuple[str, ...] = VARIANTS
     max_bisect: int = 10
     fixed_servers: int | None = None  # skip the calibration
+    train_gpu_type: str = "t4"  # e.g. "v100" with Sia's profiles loaded (heterogeneous set-up)
+    loan_gpu_type: str = "t4"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -113,7 +144,7 @@ def calibrate(run: Runner, wl: Workload, models: PerfModels, exp: LyraExperiment
     g = exp.gpus_per_server
     if exp.fixed_servers is not None:
         n = exp.fixed_servers * g
-        res = run(wl, make_policy("fifo"), nodes_of(n, g), models, None, exp.seed)
+        res = run(wl, make_policy("fifo"), nodes_of(n, g, exp.train_gpu_type), models, None, exp.seed)
         return n, res, [{"gpus": n, "avg_queue": res.summary["avg_queue"]}]
     lo = max(1, max(s.num_gpus for s in wl.jobs))
     work = sum((s.duration or 0.0) * s.num_gpus for s in wl.jobs)
@@ -123,7 +154,7 @@ def calibrate(run: Runner, wl: Workload, models: PerfModels, exp: LyraExperiment
     best: tuple[float, int, Any] | None = None
     for _ in range(exp.max_bisect):
         mid = (lo + hi) // 2
-        res = run(wl, make_policy("fifo"), nodes_of(mid, g), models, None, exp.seed)
+        res = run(wl, make_policy("fifo"), nodes_of(mid, g, exp.train_gpu_type), models, None, exp.seed)
         q = float(res.summary["avg_queue"])
         tries.append({"gpus": mid, "avg_queue": q})
         err = abs(q / exp.target_queue - 1.0)
@@ -143,23 +174,70 @@ def _lyra(**opts: Any) -> Policy:
     return make_policy("lyra", **opts)
 
 
-def _fig_loans(path: Path, runs: dict[str, Any], plan: LoanPlan) -> None:
+def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    return plt
+
+
+def _fig_loans(path: Path, runs: dict[str, Any], plan: LoanPlan, demand: DemandSeries | None = None) -> None:
+    """Inference utilisation and loanable servers; servers on loan and reclaimed in the lyra run; busy GPUs."""
+    plt = _plt()
+    fig, ax = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
     t = np.array([s[0] for s in plan.steps]) / 3600
-    ax[0].step(t, [s[1] for s in plan.steps], where="post", label="loanable servers")
-    ax[0].set_ylabel("servers on loan")
+    if demand is not None:
+        ax[0].step(np.array(demand.times) / 3600, np.array(demand.busy) / demand.servers, where="post",
+                   lw=0.6, color="tab:red", label="inference utilisation")
+        ax[0].axhline(0.4, ls=":", color="grey", lw=0.8)
+        ax[0].set_ylabel("utilisation")
+        tw = ax[0].twinx()
+        tw.step(t, [s[1] for s in plan.steps], where="post", lw=0.6, label="loanable servers")
+        tw.set_ylabel("loanable servers")
+    else:
+        ax[0].step(t, [s[1] for s in plan.steps], where="post", label="loanable servers")
+        ax[0].set_ylabel("loanable servers")
+    ax[0].legend(fontsize=7, loc="upper left")
+    for name, res in runs.items():
+        if name == "baseline":
+            continue
+        tl = res.timeline
+        ax[1].step(tl["t"] / 3600, tl["loaned_servers"], where="post", lw=0.7, label=f"{name}: on loan")
+        rc = getattr(res, "reclaims", None) or []
+        if rc:
+            ax[1].vlines([r["time"] / 3600 for r in rc], 0, [-len(r["servers"]) for r in rc], color="tab:red",
+                         lw=0.6, label=f"{name}: reclaimed (down)")
+    ax[1].set_ylabel("servers")
+    ax[1].legend(fontsize=7, loc="upper left")
     for name, res in runs.items():
         tl = res.timeline
-        ax[1].step(tl["t"] / 3600, tl["busy_gpus"], where="post", label=name, lw=0.7)
-    ax[1].set_ylabel("busy GPUs")
-    ax[1].set_xlim(0, 1.05 * max(float(r.summary["makespan"]) for r in runs.values()) / 3600)
-    ax[1].set_xlabel("hours")
-    ax[1].legend(fontsize=7)
+        ax[2].step(tl["t"] / 3600, tl["busy_gpus"], where="post", label=name, lw=0.7)
+    ax[2].set_ylabel("busy GPUs")
+    ax[2].set_xlim(0, 1.05 * max(float(r.summary["makespan"]) for r in runs.values()) / 3600)
+    ax[2].set_xlabel("hours")
+    ax[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fig_cdfs(path: Path, runs: dict[str, Any], marks: dict[str, float] | None = None) -> None:
+    """Per-run CDFs of queuing delay and JCT (log x); `marks` draws vertical reference lines on the JCT axis."""
+    plt = _plt()
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for name, res in runs.items():
+        for a, col in zip(ax, ("queue", "jct"), strict=True):
+            x = np.sort(res.jobs[col].to_numpy(float).clip(min=1.0))
+            a.step(x, np.arange(1, len(x) + 1) / max(len(x), 1), where="post", lw=0.9, label=name)
+    for label, v in (marks or {}).items():
+        ax[1].axvline(v, ls="--", color="grey", lw=0.8, label=label)
+    for a, col in zip(ax, ("queuing delay (s)", "JCT (s)"), strict=True):
+        a.set_xscale("log")
+        a.set_xlabel(col)
+        a.set_ylabel("fraction of jobs")
+        a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -182,19 +260,88 @@ def _summary(res: Any) -> dict[str, Any]:
     return {k: res.summary.get(k) for k in keys}
 
 
-def deepboot_peer(run: Runner, models: PerfModels, path: Path, seed: int = 0, min_request: bool = False,
-                  hold: float = 600.0) -> dict[str, Any]:
-    """Training jobs' average JCT under lyra on DeepBoot's own workload (module docstring)."""
+#: DeepBoot's per-application restart delay (its `applications.py` `APPLICATIONS_DELAY`, seconds), paid on
+#: every reallocation of a training job in its simulator.
+DEEPBOOT_RESTART = {"bert": 103.0, "cifar10": 24.0, "ncf": 25.0, "deepspeech2": 18.0, "yolov3": 26.0,
+                    "imagenet": 35.0}
+#: Training jobs' average JCT on `small.csv` measured with DeepBoot's simulator (peer-data README).
+DEEPBOOT_FIGURES = {"aryl": 42310.0, "tiresias": 2618.0}
+
+
+@dataclass(frozen=True)
+class DeepBootSetup:
+    """DeepBoot's `16node-4gpu/small` set-up in our terms (module docstring, "DeepBoot comparison")."""
+
+    servers: int = 16
+    gpus_per_server: int = 4
+    inference_servers: int = 8  # the upper half, where DeepBoot's Aryl mode places inference
+    pod_overhead: float = 36.0  # start-up (4–8 s) + first keep-alive (30 s) per inference task
+    hold: float = 600.0
+    notice: float = 0.0
+    headroom: int = 0
+    min_request: bool = False  # True: min_gpus = request (our earlier reading); False: min 1 (DeepBoot's)
+    max_factor: int = 1  # max_gpus = max_factor × request (DeepBoot: the request is the max)
+    deepboot_restart: bool = True  # DeepBoot's per-app restart delays instead of our models' own
+    seed: int = 0
+    policies: tuple[str, ...] = ("lyra", "tiresias", "lyra_jct_value")
+
+
+def deepboot_compare(run: Runner, path: Path, setup: DeepBootSetup = DeepBootSetup(),
+                     out: Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Training jobs' average JCT of our lyra and our tiresias on DeepBoot's workload and set-up, beside the
+    figures DeepBoot's simulator measured (module docstring). Writes `deepboot.json`, `deepboot_cdf.png` and
+    `deepboot_loans.png` into `out`."""
+    from elastisched.models.profiles import load_pollux_bundled
+
+    models = (PerfModels(load_pollux_bundled(), restart_cost=DEEPBOOT_RESTART) if setup.deepboot_restart
+              else PerfModels.load())
     wl = load_workload(str(path), models)
-    wl = make_elastic(wl, 1.0, 4, seed, (lambda g: g) if min_request else (lambda g: 1))
-    demand = from_inference_tasks(wl.inference, servers=8, gpus_per_server=4)
-    plan = loan_plan(demand, gpus_per_server=4, hold=hold)
-    res = run(wl, _lyra(), nodes_of(32, 4), models, plan, seed)
-    train = res.jobs
-    return {"workload": str(path), "min_gpus": "request" if min_request else 1, "hold_s": hold,
-            "training_jobs": len(train), "avg_jct_training": float(train["jct"].mean()),
-            "deepboot_aryl_avg_jct": 42310.0, "deepboot_tiresias_avg_jct": 2618.0,
-            "inference_mean_utilisation": demand.mean_utilisation(), "summary": _summary(res)}
+    g = setup.gpus_per_server
+    train_servers = setup.servers - setup.inference_servers
+    elastic = make_elastic(wl, 1.0, setup.max_factor, setup.seed,
+                           (lambda n: n) if setup.min_request else (lambda n: 1))
+    demand = from_inference_tasks(wl.inference, servers=setup.inference_servers, gpus_per_server=g,
+                                  overhead=setup.pod_overhead, gpus_per_task=1)
+    plan = loan_plan(demand, gpus_per_server=g, hold=setup.hold, notice=setup.notice, headroom=setup.headroom)
+    nodes = nodes_of(train_servers * g, g)
+    makers: dict[str, Callable[[], tuple[Workload, Policy]]] = {
+        "lyra": lambda: (elastic, _lyra()),
+        "lyra_jct_value": lambda: (elastic, _lyra(value="jct")),
+        "lyra_inelastic": lambda: (wl, _lyra(elastic_scaling=False)),
+        "tiresias": lambda: (wl, make_policy("tiresias")),
+        "fifo": lambda: (wl, make_policy("fifo")),
+    }
+    runs: dict[str, Any] = {}
+    for name in setup.policies:
+        log(f"deepboot: running {name}")
+        w, pol = makers[name]()
+        runs[name] = run(w, pol, nodes, models, plan, setup.seed)
+    horizon = max(float(r.summary["makespan"]) for r in runs.values())
+    result: dict[str, Any] = {
+        "workload": str(path), "setup": dataclasses.asdict(setup),
+        "training_servers": train_servers, "inference_servers": setup.inference_servers,
+        "restart_cost_s": DEEPBOOT_RESTART if setup.deepboot_restart else "models' own",
+        "inference": {"tasks": len(wl.inference), "mean_busy_servers": demand.mean_utilisation(until=horizon)
+                      * setup.inference_servers,
+                      "loaned_server_hours": plan.loaned_server_seconds(horizon) / 3600,
+                      "reclaim_events": len([r for r in plan.reclaims() if r[0] < horizon])},
+        "training_jobs": len(wl.jobs),
+        "avg_jct_training": {k: float(v.jobs["jct"].mean()) for k, v in runs.items()},
+        "deepboot_figures": {f"deepboot_{k}": v for k, v in DEEPBOOT_FIGURES.items()},
+        "runs": {k: _summary(v) for k, v in runs.items()},
+    }
+    if "lyra" in runs:
+        ly = result["avg_jct_training"]["lyra"]
+        result["lyra_beats"] = {k: ly < v for k, v in DEEPBOOT_FIGURES.items()}
+        if "tiresias" in runs:
+            result["lyra_beats"]["our_tiresias"] = ly < result["avg_jct_training"]["tiresias"]
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "deepboot.json").write_text(json.dumps(result, indent=2, default=float))
+        _fig_cdfs(out / "deepboot_cdf.png", runs, {"DeepBoot Tiresias avg": DEEPBOOT_FIGURES["tiresias"]})
+        if "lyra" in runs:
+            _fig_loans(out / "deepboot_loans.png", {"lyra": runs["lyra"]}, plan, demand)
+    return result
 
 
 def run_experiment(run: Runner, models: PerfModels, exp: LyraExperiment, out: Path,
@@ -204,11 +351,11 @@ def run_experiment(run: Runner, models: PerfModels, exp: LyraExperiment, out: Pa
     wl = philly_workload(models, exp)
     log(f"workload: {len(wl.jobs)} jobs over {exp.days:g} days; calibrating the training cluster")
     gpus, base, tries = calibrate(run, wl, models, exp)
-    nodes = nodes_of(gpus, exp.gpus_per_server)
+    nodes = nodes_of(gpus, exp.gpus_per_server, exp.train_gpu_type)
     n_inf = max(1, round(exp.inference_ratio * gpus / exp.gpus_per_server))
     demand = diurnal(n_inf, days=exp.days + 15, peak=exp.peak, trough=exp.trough, seed=exp.seed)
     plan = loan_plan(demand, headroom=exp.headroom, notice=exp.notice, hold=exp.hold,
-                     gpus_per_server=exp.gpus_per_server)
+                     gpus_per_server=exp.gpus_per_server, gpu_type=exp.loan_gpu_type)
     log(f"training: {gpus} GPUs on {len(nodes)} servers (FIFO avg queue {base.summary['avg_queue']:.0f} s); "
         f"inference: {n_inf} servers")
     runs: dict[str, Any] = {"baseline": base}
@@ -263,16 +410,21 @@ def run_experiment(run: Runner, models: PerfModels, exp: LyraExperiment, out: Pa
             result["preemptions"]["per_run_policy"][name] = sum(r["preempted"] for r in pol.reclaim_log)  # type: ignore[attr-defined]
     if peer is not None and peer.exists():
         log("running the DeepBoot peer workload")
-        result["deepboot_peer"] = deepboot_peer(run, models, peer, exp.seed)
+        result["deepboot_peer"] = deepboot_compare(run, peer, DeepBootSetup(seed=exp.seed), out, log)
     (out / "lyra.json").write_text(json.dumps(result, indent=2, default=float))
-    _fig_loans(out / "loans.png", {k: runs[k] for k in ("baseline", "lyra")}, plan)
+    _fig_loans(out / "loans.png", {k: runs[k] for k in ("baseline", "lyra")}, plan, demand)
+    _fig_cdfs(out / "cdf.png", runs)
     rows = "".join(f"<tr><td>{k}</td>" + "".join(f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{v}</td>"
                                                   for v in s.values()) + "</tr>" for k, s in result["runs"].items())
     head = "".join(f"<th>{k}</th>" for k in next(iter(result["runs"].values())))
     (out / "report.html").write_text(
         f"<html><body><h1>reproduce lyra</h1><p>queue_reduction {result['queue_reduction']:.3f}, jct_reduction "
         f"{result['jct_reduction']:.3f}, gpu_usage_gain {result['gpu_usage_gain']}</p><table border=1><tr><th>run"
-        f"</th>{head}</tr>{rows}</table><img src='loans.png'></body></html>")
+        f"</th>{head}</tr>{rows}</table><h2>queuing delay and JCT per configuration</h2><img src='cdf.png'>"
+        f"<h2>inference utilisation, loaned and reclaimed servers, busy GPUs</h2><img src='loans.png'>"
+        + ("<h2>DeepBoot workload</h2><img src='deepboot_cdf.png'><img src='deepboot_loans.png'>"
+           if "deepboot_peer" in result else "")
+        + "</body></html>")
     return result
 
 
@@ -286,12 +438,36 @@ def register(app: Any, runner: Runner | None = None) -> None:
                  sample: int = typer.Option(2000, help="jobs sampled from those days"),
                  seed: int = typer.Option(0),
                  servers: int | None = typer.Option(None, help="training servers (skip the calibration)"),
+                 profiles: Path | None = typer.Option(None, help="Sia artifact dir (per-GPU-type profiles)"),
+                 train_gpu: str = typer.Option("t4", help="training servers' GPU type (v100 needs --profiles)"),
+                 loan_gpu: str = typer.Option("t4", help="inference (loaned) servers' GPU type"),
                  peer: Path | None = typer.Option(None, help="DeepBoot workload CSV (e.g. peer-data/deepboot/"
                                                               "workload/small.csv)")) -> None:
         """Lyra vs FIFO on a Philly-derived workload with a diurnal inference cluster; writes lyra.json."""
         if runner is None:
             raise typer.BadParameter("no simulator runner was registered with this command")
-        exp = LyraExperiment(days=days, sample=sample, seed=seed, fixed_servers=servers)
-        res = run_experiment(runner, PerfModels.load(), exp, out, peer, log=typer.echo)
+        exp = LyraExperiment(days=days, sample=sample, seed=seed, fixed_servers=servers, train_gpu_type=train_gpu,
+                             loan_gpu_type=loan_gpu)
+        res = run_experiment(runner, PerfModels.load(profiles), exp, out, peer, log=typer.echo)
         typer.echo(json.dumps({k: res[k] for k in ("queue_reduction", "jct_reduction", "gpu_usage_gain",
                                                    "baseline_avg_queue", "mckp_optimality")}, indent=2))
+
+    @app.command("lyra-deepboot")
+    def lyra_deepboot_cmd(
+            workload: Path = typer.Option(..., "--workload", help="DeepBoot workload CSV (peer-data/deepboot/"
+                                                                    "workload/small.csv)"),
+            out: Path = typer.Option(Path("results/lyra-deepboot"), "--out", help="output folder"),
+            seed: int = typer.Option(0),
+            hold: float = typer.Option(600.0, help="seconds an inference server must be idle before it is lent"),
+            min_request: bool = typer.Option(False, help="elastic min = request (default: 1, DeepBoot's Aryl)"),
+            max_factor: int = typer.Option(1, help="elastic max = factor × request (DeepBoot's Aryl: 1)"),
+            models_restart: bool = typer.Option(False, help="our models' restart costs, not DeepBoot's delays"),
+    ) -> None:
+        """Our lyra and tiresias on DeepBoot's workload and 16×4 set-up beside DeepBoot's figures (deepboot.json)."""
+        if runner is None:
+            raise typer.BadParameter("no simulator runner was registered with this command")
+        setup = DeepBootSetup(seed=seed, hold=hold, min_request=min_request, max_factor=max_factor,
+                              deepboot_restart=not models_restart)
+        res = deepboot_compare(runner, workload, setup, out, log=typer.echo)
+        typer.echo(json.dumps({"avg_jct_training": res["avg_jct_training"], "deepboot": res["deepboot_figures"],
+                               "lyra_beats": res.get("lyra_beats")}, indent=2))

@@ -12,9 +12,12 @@ Solvers:
 - `solve_greedy`: the LP-relaxation greedy (Sinha–Zoltners): per group the upper convex hull of its
   undominated items; all hull increments sorted by value/weight (numpy argsort), taken while they fit (a
   group whose next increment does not fit is closed); then the single item change with the largest gain
-  that fits is applied, repeatedly. Given `start` (the policy passes each running job's current item), the
-  start choice improved the same way is a second candidate; each candidate is then improved by pair
-  exchanges (`_pairs`: the best move of weight from one group to another); the better one is returned.
+  that fits is applied, repeatedly. A second candidate applies that same single-change fill from the empty
+  choice (largest gain first: the classic greedy-or-best-single-item fix, for groups whose value comes only
+  at a large weight, which the hull order closes when it no longer fits). Given `start` (the policy passes
+  each running job's current item), the start choice — first made to fit, if capacity shrank, by the lighter
+  item change that frees enough at the least value lost — improved the same way is a third; the best of them is
+  improved by pair exchanges (`_pairs`: the best move of weight from one group to another) and returned.
 - `upper_bound`: the LP bound (hull increments taken fractionally), so `solve_greedy(...).value /
   upper_bound(...)` bounds the greedy's gap without solving exactly.
 """
@@ -198,14 +201,37 @@ def solve_greedy(weights: Sequence[np.ndarray], values: Sequence[np.ndarray], ca
     wm, vm = _padded(weights, values)
     rows = np.arange(len(weights))
     best = _fill(wm, vm, cap, *_hull_greedy(weights, values, cap), fill_rounds)
+    # largest single gains first, from the empty choice: catches a group whose value comes only at a large
+    # weight (a non-concave curve, e.g. a whole extra server) that the hull order closes early
+    alt = _fill(wm, vm, cap, np.zeros(len(weights), dtype=np.int64), 0, fill_rounds)
+    if vm[rows, alt].sum() > vm[rows, best].sum():
+        best = alt
     if start is not None:
-        ch = np.asarray(start, dtype=np.int64).copy()
-        used = int(wm[rows, ch].sum())
-        if used <= cap:
-            ch = _fill(wm, vm, cap, ch, used, fill_rounds)
-            if vm[rows, ch].sum() > vm[rows, best].sum():
-                best = ch
+        ch = _repair(wm, vm, cap, np.asarray(start, dtype=np.int64).copy())
+        ch = _fill(wm, vm, cap, ch, int(wm[rows, ch].sum()), fill_rounds)
+        if vm[rows, ch].sum() > vm[rows, best].sum():
+            best = ch
     return _total(weights, values, _pairs(wm, vm, cap, best).tolist())
+
+
+def _repair(wm: np.ndarray, vm: np.ndarray, cap: int, choice: np.ndarray) -> np.ndarray:
+    """Make an over-capacity choice fit: the lighter item change that frees enough at the least value lost,
+    else (none frees enough) the one losing least per unit freed, repeatedly (item 0 weighs 0: this ends)."""
+    rows = np.arange(len(wm))
+    k = wm.shape[1]
+    used = int(wm[rows, choice].sum())
+    while used > cap:
+        freed = wm[rows, choice][:, None] - wm
+        ok = (freed > 0) & np.isfinite(vm)
+        lost = vm[rows, choice][:, None] - vm
+        enough = ok & (freed >= used - cap)
+        score = np.where(enough, lost, np.inf) if enough.any() else np.where(ok, lost / np.maximum(freed, 1), np.inf)
+        g, i = divmod(int(np.argmin(score)), k)
+        if not np.isfinite(score[g, i]):
+            break
+        used -= int(freed[g, i])
+        choice[g] = i
+    return choice
 
 
 def _fill(wm: np.ndarray, vm: np.ndarray, cap: int, choice: np.ndarray, used: int, rounds: int) -> np.ndarray:

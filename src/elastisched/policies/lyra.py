@@ -10,22 +10,46 @@ One round:
    elastic: `min_gpus`); pending jobs, shortest predicted remaining time at base size first, get their base
    when it fits in the free GPUs of an allowed type, else they wait and later jobs may pass (backfill).
 2. **Phase 2, MCKP** (lyra.md §2.2, §7 row 8): per GPU type, each admitted elastic job is a group with items
-   "k extra GPUs", weight k, value = predicted JCT reduction `T(b) − T(b+k)`; capacity = that type's free
-   GPUs after phase 1. Solved exactly by DP (`_mckp.solve_dp`) when items × capacity ≤ `exact_budget`, else
+   "k extra GPUs", weight k, value = the JCT reduction k extras buy (`value`, below); capacity = that type's
+   free GPUs after phase 1. Solved exactly by DP (`_mckp.solve_dp`) when items × capacity ≤ `exact_budget`, else
    by the hull greedy (`_mckp.solve_greedy`); `solver` forces one.
 3. **Placement** (lyra.md §2.3): `elastisched.loaning.placement.place` — running jobs keep their nodes, base
-   GPUs best-fit on training servers, extra GPUs best-fit on loaned servers.
+   GPUs best-fit on training servers, extra GPUs first beside the job's own workers (`colocate`), then
+   best-fit on loaned servers.
 
 Readings (written down as the design asks):
 - Predicted remaining time `T(b+k)` = remaining work / goodput with b base GPUs packed on nodes of the type
-  plus k extras packed on other nodes (where the placement puts them), at the job's own global batch and
+  plus k extras where the placement puts them (see colocation below), at the job's own global batch and
   current epoch (the models' goodput; lyra.md §2.4 option (c)).
   Without performance models (ctx.perf None) it is linear: remaining fraction × duration × num_gpus / n.
+- Item value (`value`, lyra.md §7 row 8, whose "JCT reduction" is [P]). `"jct"`: the plain reduction
+  `v(k) = T(b) − T_eff(k)`. `"rate"` (default): the gain in the job's completion rate,
+  `v(k) = τ² (1/T_eff(k) − 1/T(b))` (τ = 3,600 s only scales values near seconds for the solver's tolerances),
+  i.e. the JCT reduction weighted by `τ² / (T(b)·T_eff(k))`. Why: a round's allocation holds until the next
+  event, not for the job's whole remaining time, and by Little's law the average JCT is the average number
+  of jobs in the system over the arrival rate; Σ 1/T_j is the rate at which the current jobs complete, so
+  maximising it each round is the greedy for the fewest jobs in the system. The plain reduction instead
+  hands extras to the longest jobs (DeepBoot's Aryl reimplementation, whose value grows with run time,
+  measured 42,310 s on its `small.csv`); on that workload our lyra measured 4,743 s with `"jct"` and
+  2,531 s with `"rate"` (docs/lyra.md); on the Philly reproduction, with colocation, within 1 % of each other.
+  `T_eff(k) = T(b+k) + rescale_penalty × restart_cost` when k differs from a running job's current extras.
+- Colocation (`colocate`, default on; lyra.md §2.3 says extras go "preferably" to loaned servers, [P]):
+  extras first fill free GPUs on the server that already holds most of the job's GPUs, and the prediction
+  says so: a running elastic job that may grow gets `local` = its GPUs there + an equal share (among the
+  growing jobs on that server) of the server's free GPUs, and `T(b+k)` is predicted with the first `local`
+  GPUs on that server and the rest packed elsewhere. Pending jobs are predicted with extras on servers of
+  their own. Reason: on T4 a sub-server job whose extras sit on another server is often *slower* than without
+  them (cifar10 with 1 + 2 GPUs on two servers: 0.81× one GPU; 1.81× with 3 on one), so without this most
+  1-GPU elastic jobs of the Philly trace never grow. Extras on a training server are never reclaimed, so the
+  reclaim cost is unchanged; phase 1 takes their GPUs back when a base needs them.
+- A job's base takes a GPU type that training servers have when it fits there (loaned servers of another
+  type, e.g. T4 beside V100 training servers, take bases only when it does not).
 - A worker is one GPU. Elastic growth stops at `max_gpus` and at `batch_size // min_local_bsz` GPUs (beyond
   that the profile cannot spread the batch; the same cap as the Optimus artifact).
 - Anti-thrash rule (lyra.md §7 row 11): a running job whose placement the round did not disturb pays its
-  restart cost for any change of its extra count: `v(k) −= rescale_penalty × restart_cost` for k ≠ its
-  current extras (a rescale stalls the job that long, so it lengthens its JCT by that much). Newly started
+  restart cost for any change of its extra count: `T_eff(k) = T(b+k) + rescale_penalty × restart_cost` for
+  k ≠ its current extras (a rescale stalls the job that long, so it lengthens its JCT by that much; with
+  `"jct"` values this is `v(k) −= penalty`, with `"rate"` it enters as `1/T_eff`). Newly started
   jobs and jobs a reclaim already scaled in pay no penalty (they restart anyway).
 - A job runs on one GPU type; a running job stays on its type. `elastic_scaling=False` treats every job as
   inelastic (the "loaning only" ablation). A job the workload does not mark elastic is inelastic.
@@ -44,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, NodeId
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, NodeId, Pool
 from elastisched.loaning.placement import Want, place
 from elastisched.loaning.reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
 from elastisched.models.application import packed_shape
@@ -53,6 +77,8 @@ from elastisched.policies.base import Policy, PolicyContext, register
 
 INF = math.inf
 DEFAULT_DURATION = 3600.0  # linear fallback model: a job with no duration is taken to run an hour
+VALUES = ("jct", "rate")
+RATE_SCALE = 3600.0  # "rate" values are RATE_SCALE² × Δ(1/T): a fixed scale that keeps them near seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +102,16 @@ class LyraPolicy(Policy):
 
     def __init__(self, reclaim: str = "greedy", elastic_scaling: bool = True, solver: str = "auto",
                  exact_budget: int = 4_000_000, rescale_penalty: float = 1.0, check_mckp: bool = False,
-                 periodic: bool = False, compare_reclaim: bool = False, milp_max_servers: int = 64) -> None:
+                 periodic: bool = False, compare_reclaim: bool = False, milp_max_servers: int = 64,
+                 value: str = "rate", colocate: bool = True) -> None:
         if reclaim not in METHODS:
             raise ValueError(f"reclaim={reclaim!r}: known {', '.join(METHODS)}")
         if solver not in ("auto", "dp", "greedy"):
             raise ValueError(f"solver={solver!r}: known auto, dp, greedy")
+        if value not in VALUES:
+            raise ValueError(f"value={value!r}: known {', '.join(VALUES)}")
+        self.value = value
+        self.colocate = colocate
         self.reclaim = reclaim
         self.elastic_scaling = elastic_scaling
         self.solver = solver
@@ -95,22 +126,31 @@ class LyraPolicy(Policy):
         self._gp: dict[tuple[Any, ...], np.ndarray] = {}
 
     # ------------------------------------------------------------------ predictions
-    def _rates(self, ctx: PolicyContext, job: JobView, t: str, base: int, k_max: int, per_node: int) -> np.ndarray:
+    def _rates(self, ctx: PolicyContext, job: JobView, t: str, base: int, k_max: int, per_node: int,
+               local: int = 0) -> np.ndarray:
         """Goodput (progress/s) with `base` GPUs plus k = 0..`k_max` extras of type t.
 
-        The extras are predicted on nodes of their own (shape `packed(base) + packed(k)`): the placement puts
-        them on loaned servers, not next to the base, so a packed prediction would overrate them.
-        Cached per (app, type, batch, epoch, node size, base).
+        The shape is where the placement will put them: with `local` > 0 (a running job whose main server can
+        hold `local` of its GPUs) the first GPUs up to `local` on that server and the rest packed on others;
+        otherwise (`local` 0) the extras on nodes of their own, `packed(base) + packed(k)`.
+        Cached per (app, type, batch, epoch, node size, base, local).
         """
         spec = job.spec
-        key = (spec.application, t, spec.batch_size, job.epoch, per_node, base)
+        key = (spec.application, t, spec.batch_size, job.epoch, per_node, base, local)
         r = self._gp.get(key)
         if r is None or len(r) <= k_max:
             app = ctx.perf.app(spec.application)  # type: ignore[union-attr]
             e = min(job.epoch, app.max_epochs - 1)
             have = 0 if r is None else len(r)
             shape0 = packed_shape(base, per_node)
-            new = [app.goodput(t, shape0 + packed_shape(k, per_node), app.batch_config(base + k, spec.batch_size), e)
+
+            def shape(k: int) -> tuple[int, ...]:
+                if local <= 0:
+                    return shape0 + packed_shape(k, per_node)
+                first = min(base + k, local)
+                return (first, *packed_shape(base + k - first, per_node))
+
+            new = [app.goodput(t, shape(k), app.batch_config(base + k, spec.batch_size), e)
                    for k in range(have, max(k_max + 1, 2 * have))]
             r = np.maximum(np.array(new), 1e-12) if r is None else np.concatenate([r, np.maximum(new, 1e-12)])
             if len(self._gp) > 50_000:
@@ -118,14 +158,15 @@ class LyraPolicy(Policy):
             self._gp[key] = r
         return r
 
-    def _times(self, ctx: PolicyContext, job: JobView, t: str, base: int, k_max: int, per_node: int) -> np.ndarray:
-        """Predicted remaining seconds with `base` + 0..k_max GPUs."""
+    def _times(self, ctx: PolicyContext, job: JobView, t: str, base: int, k_max: int, per_node: int,
+               local: int = 0) -> np.ndarray:
+        """Predicted remaining seconds with `base` + 0..k_max GPUs (`local`: see `_rates`)."""
         if ctx.perf is None:
             spec = job.spec
             work = (spec.duration or DEFAULT_DURATION) * spec.num_gpus * job.remaining_fraction
             return work / np.arange(base, base + k_max + 1, dtype=float)
         rem = max(job.total_work - job.progress, 0.0)
-        return rem / self._rates(ctx, job, t, base, k_max, per_node)[: k_max + 1]
+        return rem / self._rates(ctx, job, t, base, k_max, per_node, local)[: k_max + 1]
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
@@ -134,6 +175,7 @@ class LyraPolicy(Policy):
         gone = frozenset(choice.servers) if choice else frozenset()
         free: dict[str, int] = {}
         per_node: dict[str, int] = {}
+        train_types = {n.gpu_type for n in snap.nodes if n.pool is not Pool.LOANABLE}
         for n in snap.nodes:
             if n.node_id not in gone:
                 free[n.gpu_type] = free.get(n.gpu_type, 0) + n.num_gpus
@@ -172,13 +214,14 @@ class LyraPolicy(Policy):
             if not fit:
                 reasons[jid] = "Resources"
                 continue
-            t = max(fit, key=lambda x: free[x])
+            t = max(fit, key=lambda x: (x in train_types, free[x]))  # a training-server type first
             free[t] -= base
             admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), (), False))
-        extra = self._phase2(snap, ctx, admitted, free, per_node)
+        local = self._local_room(snap, admitted, gone) if self.colocate else {}
+        extra = self._phase2(snap, ctx, admitted, free, per_node, local)
         wants = [Want(j.view.job_id, j.base + extra.get(j.view.job_id, 0), j.base, j.gpu_type, j.current)
                  for j in admitted]
-        placed = place(snap.nodes, wants, gone)
+        placed = place(snap.nodes, wants, gone, colocate=self.colocate)
         allocs: dict[str, Allocation] = {}
         for j in admitted:
             p = placed.get(j.view.job_id)
@@ -188,6 +231,26 @@ class LyraPolicy(Policy):
                 reasons[j.view.job_id] = "Placement"
         return Decision(allocs, reasons, tuple(choice.servers) if choice else (),
                         None if self.periodic else INF)
+
+    @staticmethod
+    def _local_room(snap: ClusterSnapshot, admitted: list[_Job], gone: frozenset[NodeId]) -> dict[str, int]:
+        """`local` of each running elastic job that may grow: its GPUs on its main server plus an equal share
+        (among the growing jobs there) of that server's free GPUs (module docstring, colocation)."""
+        used: dict[NodeId, int] = {}
+        main: dict[str, tuple[NodeId, int]] = {}
+        share: dict[NodeId, int] = {}
+        for j in admitted:
+            for n, g in j.current:
+                used[n] = used.get(n, 0) + g
+            if j.current and j.cap > j.base:
+                h = max(j.current, key=lambda x: (x[1], x[0]))
+                main[j.view.job_id] = h
+                share[h[0]] = share.get(h[0], 0) + 1
+        if not main:
+            return {}
+        size = {n.node_id: n.num_gpus for n in snap.nodes if n.node_id not in gone}
+        return {jid: own + max(size[h] - used.get(h, 0), 0) // share[h]
+                for jid, (h, own) in main.items() if h in size}
 
     def _cap(self, ctx: PolicyContext, job: JobView, elastic: bool, base: int, t: str) -> int:
         """Most GPUs phase 2 may give (no growth on a type the job's profile does not cover)."""
@@ -224,7 +287,7 @@ class LyraPolicy(Policy):
         return choice
 
     def _phase2(self, snap: ClusterSnapshot, ctx: PolicyContext, admitted: list[_Job], free: dict[str, int],
-                per_node: dict[str, int]) -> dict[str, int]:
+                per_node: dict[str, int], local: dict[str, int]) -> dict[str, int]:
         """Extra GPUs per elastic job: one MCKP per GPU type (module docstring)."""
         out: dict[str, int] = {}
         for t, cap in free.items():
@@ -240,15 +303,16 @@ class LyraPolicy(Policy):
                 k_max = min(j.cap - j.base, cap)
                 k_now = sum(g for _, g in j.current) - j.base if j.current else 0
                 start.append(k_now if 0 <= k_now <= k_max else 0)
-                times = self._times(ctx, j.view, t, j.base, k_max, per_node[t])
-                v = times[0] - times
+                times = self._times(ctx, j.view, t, j.base, k_max, per_node[t], local.get(j.view.job_id, 0))
+                eff = times.copy()  # predicted remaining time including the stall a rescale costs
                 if j.current and not j.disturbed and self.rescale_penalty > 0:
                     k_cur = sum(g for _, g in j.current) - j.base
                     rc = ctx.perf.app(j.view.spec.application).restart_cost if ctx.perf is not None else 30.0
-                    pen = np.full(len(v), self.rescale_penalty * rc)
-                    if 0 <= k_cur < len(v):
+                    pen = np.full(len(eff), self.rescale_penalty * rc)
+                    if 0 <= k_cur < len(eff):
                         pen[k_cur] = 0.0
-                    v = v - pen
+                    eff = eff + pen
+                v = self._value(times[0], eff)
                 weights.append(np.arange(len(v), dtype=np.int64))
                 values.append(v)
             size = sum(len(w) for w in weights) * (cap + 1)
@@ -264,6 +328,13 @@ class LyraPolicy(Policy):
                 if k:
                     out[j.view.job_id] = int(k)
         return out
+
+    def _value(self, t0: float, eff: np.ndarray) -> np.ndarray:
+        """Item values from the remaining time at base `t0` and with k extras `eff[k]` (module docstring)."""
+        if self.value == "jct":
+            return t0 - eff
+        t0 = max(float(t0), 1e-9)
+        return RATE_SCALE * RATE_SCALE * (1.0 / np.maximum(eff, 1e-9) - 1.0 / t0)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
