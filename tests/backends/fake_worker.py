@@ -23,12 +23,20 @@ def _on_term(_s: int, _f: object) -> None:
     stop = True
 
 
+def _save(prog: Path, step: int) -> None:
+    """Atomically (tests poll this file while the worker runs)."""
+    tmp = prog.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"step": step}))
+    os.replace(tmp, prog)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--sleep", type=float, default=0.1)
     ap.add_argument("--fail-once-at", type=int, default=-1)
     ap.add_argument("--fail-always", action="store_true")
+    ap.add_argument("--hints-every", type=int, default=0, help="rank 0 appends a hints.jsonl line every K steps")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, _on_term)
     ck = Path(os.environ["ELASTISCHED_CHECKPOINT_DIR"])
@@ -45,7 +53,7 @@ def main() -> int:
     while step < a.steps:
         if stop:
             if rank == 0:
-                prog.write_text(json.dumps({"step": step}))
+                _save(prog, step)
             print(json.dumps({"checkpointed": step, "gen": gen}), flush=True)
             return 0
         if step == a.fail_once_at and not (ck / "failed-once").exists():
@@ -54,7 +62,11 @@ def main() -> int:
         time.sleep(a.sleep)
         step += 1
         if rank == 0:
-            prog.write_text(json.dumps({"step": step}))
+            _save(prog, step)
+            if a.hints_every and step % a.hints_every == 0:
+                with open(ck / "hints.jsonl", "a") as f:
+                    f.write(json.dumps({"time": time.time(), "generation": gen, "step": step, "epoch": 0,
+                                        "world_size": world, "globalBatchSize": 8, "throughput": 8 / a.sleep}) + "\n")
     print(json.dumps({"done": step, "gen": gen, "world": world}), flush=True)
     return 0
 

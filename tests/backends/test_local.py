@@ -10,7 +10,7 @@ from pathlib import Path
 
 from _backend_helpers import FAKE, wait_for
 
-from elastisched.backends.base import JobRetried, JobStarted
+from elastisched.backends.base import JobHints, JobRetried, JobStarted
 from elastisched.backends.local import LocalBackend, start_ticks
 from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
 from elastisched.core.types import NO_ALLOCATION, Allocation
@@ -168,3 +168,28 @@ def test_gpu_nodes_get_one_visible_device_per_rank(store: Store, backends: Calla
     b.cancel(first)
     _collect(b, JobFinished, second)
     assert b._devices(["a100-0", "a100-0", "a100-1", "a100-1"]) == [0, 1, 2, 3]  # all free again
+
+
+def test_hints_of_running_jobs_are_reported(store: Store, backends: Callable[..., LocalBackend]) -> None:
+    b = backends()
+    jid = _job(store, "--steps", "30", "--sleep", "0.02", "--hints-every", "5")
+    _launch(b, jid, ("cpu-0", 1))
+    events = _collect(b, JobFinished, jid)
+    hints = [e for e in events if isinstance(e, JobHints)]
+    assert hints and all(h.job_id == jid and h.step % 5 == 0 and h.global_batch == 8 for h in hints)
+    assert [h.step for h in hints] == sorted({h.step for h in hints})  # newest line per poll, never twice
+
+
+def test_hints_reader_waits_for_a_complete_line(store: Store, backends: Callable[..., LocalBackend]) -> None:
+    b = backends()
+    path = b.job_dir("j1") / "ckpt" / "hints.jsonl"
+    path.parent.mkdir(parents=True)
+    line = json.dumps({"time": 1.0, "generation": 2, "step": 7, "epoch": 1, "world_size": 2})
+    path.write_text(line[:10])
+    assert b._hints("j1") is None
+    path.write_text(line + "\nnot json\n")
+    assert b._hints("j1") is not None and b._hints("j1") is None  # read once
+    with open(path, "a") as f:
+        f.write(line.replace('"step": 7', '"step": 9') + "\n")
+    h = b._hints("j1")
+    assert h is not None and (h.step, h.generation, h.world_size) == (9, 2, 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +33,8 @@ def test_token_required_everywhere_but_health(svc: ServiceProc) -> None:
     with httpx.Client(base_url=svc.url, timeout=10) as c:
         assert c.get("/healthz").status_code == 200
         for method, path in [("GET", "/v1/jobs"), ("POST", "/v1/jobs"), ("GET", "/v1/nodes"), ("GET", "/v1/jobs/x"),
-                             ("POST", "/v1/loans"), ("POST", "/v1/reclaims"), ("GET", "/v1/jobs/x/logs")]:
+                             ("POST", "/v1/loans"), ("POST", "/v1/reclaims"), ("GET", "/v1/jobs/x/logs"),
+                             ("POST", "/v1/jobs/x:suspend"), ("POST", "/v1/jobs/x:resume"), ("GET", "/metrics")]:
             assert c.request(method, path).status_code == 401, path
             assert c.request(method, path, headers={"Authorization": "Bearer nope"}).status_code == 401, path
 
@@ -113,3 +115,34 @@ def test_loans_cli(svc: ServiceProc, tmp_path: Path) -> None:
     assert "reclaim" in _cli(svc, "loans", "reclaim", "1", "--deadline", "30")
     wait_for(lambda: json.loads(_cli(svc, "loans", "--json"))["loans"][0]["state"] == "RETURNED", 30, "returned")
     assert all(n["pool"] == "train" for n in svc.api("GET", "/v1/nodes").json())
+
+
+def test_metrics_in_prometheus_text_format(svc: ServiceProc) -> None:
+    with httpx.Client(base_url=svc.url, timeout=10) as c:
+        assert c.get("/metrics").status_code == 401
+    r = svc.api("GET", "/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in r.text.splitlines()
+              if line and not line.startswith("#")}
+    jobs = svc.api("GET", "/v1/jobs").json()
+    assert sum(v for k, v in values.items() if k.startswith("elastisched_jobs{")) == len(jobs)
+    assert values['elastisched_gpus{pool="train",state="total"}'] == 4  # 2x2:cpu
+    assert values["elastisched_rounds_total"] >= 0 and values["elastisched_engine_healthy"] == 1
+
+
+def test_suspend_holds_a_job_and_resume_continues_it_from_its_checkpoint(svc: ServiceProc) -> None:
+    jid = json.loads(_cli(svc, "submit", FAKE, "--name", "held", "--json", "--steps", "2000", "--sleep", "0.02"))["id"]
+    wait_for(lambda: svc.job(jid)["state"] == "RUNNING", 30, "running")
+    wait_for(lambda: '"step"' in svc.api("GET", f"/v1/jobs/{jid}/logs").text, 30, "started")
+    assert "suspend requested" in _cli(svc, "suspend", jid)
+    wait_for(lambda: (j := svc.job(jid))["state"] == "SUSPENDED" and j["reason"] == "Held" and j["gpus"] == 0,
+             30, "held")
+    assert svc.job(jid)["held"] and svc.job(jid)["generations"][-1]["outcome"] == "stopped"
+    time.sleep(1.0)  # free slots, but no round may start a held job
+    assert svc.job(jid)["state"] == "SUSPENDED" and len(svc.job(jid)["generations"]) == 1
+    _cli(svc, "resume", jid)
+    d = wait_for(lambda: (j := svc.job(jid))["state"] == "RUNNING" and j["generation"] == 2 and j, 30, "resumed")
+    assert d["generations"][-1]["cause"] == "resume" and not d["held"]
+    assert svc.api("POST", f"/v1/jobs/{jid}:resume").status_code == 409  # not held any more
+    _cli(svc, "cancel", jid)
+    wait_for(lambda: svc.job(jid)["state"] == "CANCELLED", 30, "cancelled")

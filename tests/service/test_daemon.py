@@ -114,3 +114,23 @@ def test_cancel_and_admin_resize() -> None:
     store.request_resize(a, 3)  # does not fit on 2 slots: it waits, with a reason
     svc.step()
     assert "ResizePending" in store.get_job(a)["reason"]
+
+
+def test_user_suspend_holds_the_job_until_resume() -> None:
+    svc, store, be = _svc()
+    a, b = _submit(store), _submit(store)
+    svc.step()
+    svc.step()
+    store.request_hold(a, True)
+    svc.step()
+    assert [(x.kind, x.job_id) for x in be.applied if x.kind is ActionKind.SUSPEND] == [(ActionKind.SUSPEND, a)]
+    row = store.get_job(a)
+    assert row["state"] == "SUSPENDED" and row["reason"] == "Held" and row["placement"] == []
+    svc.wake()
+    svc.step()
+    svc.step()  # a free slot, but no policy sees a held job
+    assert [x.job_id for x in be.applied if x.kind is ActionKind.LAUNCH] == [a, b]
+    store.request_hold(a, False)
+    svc.wake()
+    svc.step()
+    assert [x.job_id for x in be.applied if x.kind is ActionKind.LAUNCH] == [a, b, a]

@@ -43,3 +43,22 @@ def test_any_sqlalchemy_url_in_memory() -> None:
     s = Store("sqlite://")
     s.set_meta("epoch", 1.5)
     assert s.get_meta("epoch") == 1.5 and s.get_meta("missing", 7) == 7
+
+
+def test_database_from_before_the_held_column_is_migrated(tmp_path: Path) -> None:
+    """A jobs table made before suspend/resume existed gets `held` on open; its jobs stay readable."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    s = Store(url)
+    a = s.create_job(name="a", script="/x.py", args=[], spec={"num_gpus": 1, "batch_size": 8})
+    s.close()
+    con = sqlite3.connect(tmp_path / "old.db")
+    con.execute("ALTER TABLE jobs DROP COLUMN held")  # what an older release created
+    con.commit()
+    con.close()
+    s = Store(url)
+    assert s.get_job(a["id"])["held"] is False
+    s.request_hold(a["id"], True)
+    assert s.get_job(a["id"])["held"] is True
+    s.close()

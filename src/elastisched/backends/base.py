@@ -35,7 +35,22 @@ class JobRetried:
     reason: str
 
 
-BackendEvent = JobStarted | JobRetried | JobFinished | JobFailed
+@dataclass(frozen=True, slots=True)
+class JobHints:
+    """The newest line a running job's rank 0 wrote to `hints.jsonl` (train library, AdaptDL's hint keys):
+    measured progress (optimizer steps, epoch, global batch) and throughput, fed to the policy's snapshot."""
+
+    time: float
+    job_id: JobId
+    generation: int
+    step: int
+    epoch: int
+    global_batch: int | None
+    world_size: int
+    throughput: float | None = None
+
+
+BackendEvent = JobStarted | JobRetried | JobFinished | JobFailed | JobHints
 
 
 class Backend(Protocol):
@@ -48,7 +63,7 @@ class Backend(Protocol):
         ...
 
     def poll(self) -> list[BackendEvent]:
-        """Events since the last poll: finished, failed, retried, started."""
+        """Events since the last poll: finished, failed, retried, started, hints."""
         ...
 
     def recover(self) -> list[BackendEvent]:

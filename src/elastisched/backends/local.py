@@ -12,6 +12,7 @@ a generation twice.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elastisched.backends.base import BackendEvent, JobRetried, JobStarted
+from elastisched.backends.base import BackendEvent, JobHints, JobRetried, JobStarted
 from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
 from elastisched.core.types import Allocation, NodeView
 from elastisched.service.store import Store
@@ -127,6 +128,7 @@ class LocalBackend:
         self.extra_env = dict(extra_env or {})
         self.groups: dict[str, _Group] = {}
         self._pending: list[BackendEvent] = []
+        self._hint_pos: dict[str, int] = {}  # job -> bytes of hints.jsonl already read
         # Nodes whose type is not `cpu` are slices of this machine's GPUs: node i's slots are the next
         # num_gpus device indices, handed to ranks as CUDA_VISIBLE_DEVICES (one device per rank).
         self.device_base: dict[str, tuple[int, int]] = {}
@@ -251,6 +253,9 @@ class LocalBackend:
     def poll(self) -> list[BackendEvent]:
         out, self._pending = self._pending, []
         for g in list(self.groups.values()):
+            h = self._hints(g.job_id)
+            if h is not None:
+                out.append(h)
             codes = g.codes()
             if all(c is None for c in codes):
                 continue
@@ -263,6 +268,32 @@ class LocalBackend:
                 continue  # rank 0 done first; wait for the others
             out.extend(self._finished(g, codes))
         return out
+
+    def _hints(self, job_id: str) -> JobHints | None:
+        """The newest complete line appended to the job's hints file since the last poll (one stat per poll)."""
+        path = self.job_dir(job_id) / "ckpt" / "hints.jsonl"
+        pos = self._hint_pos.get(job_id, 0)
+        try:
+            if path.stat().st_size <= pos:
+                return None
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+        except OSError:
+            return None
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:
+            return None  # a line being written: read it next time
+        self._hint_pos[job_id] = pos + end
+        for line in reversed(chunk[:end].splitlines()):
+            try:
+                h = json.loads(line)
+                return JobHints(float(h["time"]), job_id, int(h.get("generation") or 0), int(h["step"]),
+                                int(h.get("epoch") or 0), h.get("globalBatchSize"), int(h.get("world_size") or 1),
+                                h.get("throughput"))
+            except (ValueError, KeyError, TypeError):
+                continue  # a malformed line (user code may write here too): try the one before
+        return None
 
     def _finished(self, g: _Group, codes: list[int | None]) -> list[BackendEvent]:
         ok = all(c == 0 for c in codes)

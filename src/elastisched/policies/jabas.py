@@ -288,6 +288,7 @@ def count_candidates(free: Mapping[str, int], lo: int = 1, hi: int | None = None
 @register
 class JabasPolicy(Policy):
     name = "jabas"
+    needs_perf_models = True
     description = "JABAS: adaptive batch (gradient similarity) + IIDP on heterogeneous GPUs + epoch auto-scaling."
     interval = 60.0
     elastic = True

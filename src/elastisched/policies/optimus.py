@@ -23,6 +23,7 @@ from elastisched.policies.base import Policy, PolicyContext, register
 @register
 class OptimusPolicy(Policy):
     name = "optimus"
+    needs_perf_models = True
     description = "Optimus: greedy GPU-by-GPU allocation by marginal reduction of predicted remaining time."
     interval = 60.0
     elastic = True

@@ -17,6 +17,7 @@ from elastisched.policies.base import Policy, PolicyContext, register
 @register
 class SrtfPolicy(Policy):
     name = "srtf"
+    needs_perf_models = True
     description = "Shortest remaining time first (preemptive, oracle remaining time from measured profiles)."
     interval = 60.0
 

@@ -20,9 +20,10 @@ def main() -> None:
     ap.add_argument("--tick", type=float, default=0.5)
     ap.add_argument("--grace", type=float, default=15.0)
     ap.add_argument("--max-retries", type=int, default=2)
+    ap.add_argument("--profiles", default=None, help="measured application profiles (Pollux format), one dir each")
     a = ap.parse_args()
     serve(host=a.host, port=a.port, db=a.db, cluster=a.cluster, policy=a.policy, workdir=a.workdir,
-          scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries)
+          scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries, profiles=a.profiles)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-from elastisched.service.daemon import PERF_POLICIES, Service
-from elastisched.service.store import TERMINAL, AmbiguousId
+from elastisched.service.daemon import Service
+from elastisched.service.store import ACTIVE, TERMINAL, AmbiguousId
 
 
 class SubmitRequest(BaseModel):
@@ -35,6 +35,8 @@ class SubmitRequest(BaseModel):
     gpu_type: str | None = Field(default=None, max_length=64)
     duration_s: float | None = Field(default=None, gt=0, description="estimate at the requested size")
     application: str | None = Field(default=None, max_length=64, description="profiled application (models)")
+    work_scale: float | None = Field(default=None, gt=0, le=1e6, description="job length as a multiple of the "
+                                     "profiled application's run (models)")
 
     @field_validator("max_gpus")
     @classmethod
@@ -77,7 +79,7 @@ def job_json(row: dict[str, Any]) -> dict[str, Any]:
         "batch_size": row["batch_size"] or spec.get("batch_size"), "generation": row["generation"],
         "restarts": row["restarts"], "retries": row["retries"], "submit_time": row["submit_time"],
         "start_time": row["start_time"], "end_time": row["end_time"], "script": row["script"],
-        "args": row["args"], "message": row["message"],
+        "args": row["args"], "message": row["message"], "held": bool(row.get("held")),
     }
 
 
@@ -96,7 +98,7 @@ def create_app(service: Service, token: str, scripts_dir: str | os.PathLike[str]
 
     app = FastAPI(title="elastisched", version="1", lifespan=lifespan)
 
-    def auth(request: Request) -> None:
+    async def auth(request: Request) -> None:  # async: no thread-pool hop before every request
         got = request.headers.get("authorization", "")
         if not (got.startswith("Bearer ") and secrets.compare_digest(got[7:].encode(), token.encode())):
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or wrong bearer token",
@@ -130,7 +132,7 @@ def create_app(service: Service, token: str, scripts_dir: str | os.PathLike[str]
         if req.application is not None and req.application not in service.known_apps():
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"application: {req.application!r} has no "
                                 f"profile; known: {', '.join(sorted(service.known_apps()))}")
-        if req.application is None and service.policy_name in PERF_POLICIES:
+        if req.application is None and service.policy.needs_perf_models:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"application: policy "
                                 f"{service.policy_name!r} needs a profiled application")
         lo = req.min_gpus or req.gpus
@@ -141,10 +143,42 @@ def create_app(service: Service, token: str, scripts_dir: str | os.PathLike[str]
         spec = {"num_gpus": req.gpus, "min_gpus": lo, "max_gpus": hi, "elastic": hi > lo,
                 "batch_size": req.batch_size, "adaptive": list(req.adaptive) if req.adaptive else None,
                 "gpu_types": [req.gpu_type.lower()] if req.gpu_type else [], "duration": req.duration_s,
-                "application": req.application}
+                "application": req.application, "work_scale": req.work_scale}
         row = store.create_job(name=req.name, script=str(path), args=req.args, spec=spec)
         service.wake()
         return job_json(row)
+
+    @app.get("/metrics", dependencies=guard, response_class=PlainTextResponse)
+    def metrics() -> str:
+        """Prometheus text format: jobs per state, GPUs used and available per pool, loans, engine rounds."""
+        states = store.count_by_state()
+        used: dict[str, int] = {}
+        for r in store.active_light():
+            for n, k in r["placement"]:
+                used[n] = used.get(n, 0) + int(k)
+        pools: dict[str, list[int]] = {}
+        for n in service.nodes():
+            p = pools.setdefault(n.pool.value, [0, 0])
+            p[0] += used.get(n.node_id, 0)
+            p[1] += n.num_gpus
+        lines = ["# HELP elastisched_jobs Jobs known to the service, by state.", "# TYPE elastisched_jobs gauge"]
+        lines += [f'elastisched_jobs{{state="{st}"}} {states.get(st, 0)}' for st in (*ACTIVE, *TERMINAL)]
+        lines += ["# HELP elastisched_gpus GPUs (worker slots) by pool.", "# TYPE elastisched_gpus gauge"]
+        for pool, (u, tot) in sorted(pools.items()):
+            lines += [f'elastisched_gpus{{pool="{pool}",state="used"}} {u}',
+                      f'elastisched_gpus{{pool="{pool}",state="total"}} {tot}']
+        lines += ["# HELP elastisched_loaned_servers Inference servers on loan now.",
+                  "# TYPE elastisched_loaned_servers gauge",
+                  f"elastisched_loaned_servers {len(store.list_loans(('LOANED',)))}",
+                  "# HELP elastisched_rounds_total Engine rounds run since the service started.",
+                  "# TYPE elastisched_rounds_total counter", f"elastisched_rounds_total {service.rounds}",
+                  "# HELP elastisched_round_latency_seconds Policy and engine time of the last round.",
+                  "# TYPE elastisched_round_latency_seconds gauge",
+                  f"elastisched_round_latency_seconds {service.round_latency_s:.6f}",
+                  "# HELP elastisched_engine_healthy 1 if the last engine step raised no error.",
+                  "# TYPE elastisched_engine_healthy gauge",
+                  f"elastisched_engine_healthy {int(service.last_error is None)}"]
+        return "\n".join(lines) + "\n"
 
     @app.get("/v1/jobs", dependencies=guard)
     def list_jobs(state: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
@@ -177,6 +211,24 @@ def create_app(service: Service, token: str, scripts_dir: str | os.PathLike[str]
         if req.gpus > cap:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"gpus: {req.gpus} exceeds the cluster ({cap})")
         store.request_resize(row["id"], req.gpus)
+        service.wake()
+        return job_json(find(row["id"]))
+
+    @app.post("/v1/jobs/{job_id}:suspend", status_code=202, dependencies=guard)
+    def suspend(job_id: str) -> dict[str, Any]:
+        row = find(job_id)
+        if row["state"] in TERMINAL:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"job {row['id']} is already {row['state']}")
+        store.request_hold(row["id"], True)
+        service.wake()
+        return job_json(find(row["id"]))
+
+    @app.post("/v1/jobs/{job_id}:resume", status_code=202, dependencies=guard)
+    def resume(job_id: str) -> dict[str, Any]:
+        row = find(job_id)
+        if not row["held"]:
+            raise HTTPException(status.HTTP_409_CONFLICT, f"job {row['id']} is not suspended")
+        store.request_hold(row["id"], False)
         service.wake()
         return job_json(find(row["id"]))
 

@@ -109,13 +109,15 @@ def register(app: typer.Typer) -> None:
         tick: float = typer.Option(0.5, "--tick", min=0.05, help="engine loop period (s)"),
         grace: float = typer.Option(15.0, "--grace", min=0.0, help="checkpoint deadline before SIGKILL (s)"),
         max_retries: int = typer.Option(2, "--max-retries", min=0, help="relaunches of a failed job"),
+        profiles: Path = typer.Option(None, "--profiles", help="measured profiles (elastisched profile), one dir "
+                                      "per application, used as performance models next to the bundled ones"),
     ) -> None:
         """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
         from elastisched.service.server import serve as run
 
         typer.echo(f"elastisched serving on http://{host}:{port} (policy {policy}, cluster {cluster})", err=True)
         run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, scripts_dir=scripts_dir,
-            tick_s=tick, grace_s=grace, max_retries=max_retries)
+            tick_s=tick, grace_s=grace, max_retries=max_retries, profiles=None if profiles is None else str(profiles))
 
     @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def submit(
@@ -128,6 +130,8 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Option(None, "--name"),
         duration: float = typer.Option(None, "--duration", help="runtime estimate (s) for SJF-style policies"),
         application: str = typer.Option(None, "--application", help="profiled model name (e.g. cifar10)"),
+        work_scale: float = typer.Option(None, "--work-scale", min=0.0, help="job length as a multiple of "
+                                         "the profiled application's run (its validation epochs)"),
         as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt,
     ) -> None:
         """Submit a job; prints its id."""
@@ -135,7 +139,7 @@ def register(app: typer.Typer) -> None:
         body: dict[str, Any] = {"script": str(script.resolve()), "args": list(ctx.args), "gpus": lo, "min_gpus": lo,
                                 "max_gpus": hi, "batch_size": batch_size, "name": name, "gpu_type": gpu_type,
                                 "duration_s": duration, "adaptive": _range(adaptive, "--adaptive"),
-                                "application": application}
+                                "application": application, "work_scale": work_scale}
         out = _call(server, token, "POST", "/v1/jobs", json=body)
         _dump(out) if as_json else typer.echo(out["id"])
 
@@ -192,6 +196,18 @@ def register(app: typer.Typer) -> None:
         """Cancel a job (running workers checkpoint and stop)."""
         out = _call(server, token, "DELETE", f"/v1/jobs/{job}")
         _dump(out) if as_json else typer.echo(f"{out['id']} cancel requested")
+
+    @app.command()
+    def suspend(job: str, as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """Hold a job: running workers checkpoint and stop; no policy schedules it until `resume`."""
+        out = _call(server, token, "POST", f"/v1/jobs/{job}:suspend")
+        _dump(out) if as_json else typer.echo(f"{out['id']} suspend requested")
+
+    @app.command()
+    def resume(job: str, as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt) -> None:
+        """Release a held job: it queues again and continues from its checkpoint."""
+        out = _call(server, token, "POST", f"/v1/jobs/{job}:resume")
+        _dump(out) if as_json else typer.echo(f"{out['id']} resume requested")
 
     @app.command()
     def resize(job: str, gpus: int = typer.Argument(..., min=1), as_json: bool = JsonOpt,

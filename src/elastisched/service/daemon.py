@@ -8,6 +8,7 @@ and wake the loop, so a slow checkpoint never blocks a request.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.backends.base import Backend, BackendEvent, JobRetried, JobStarted
+from elastisched.backends.base import Backend, BackendEvent, JobHints, JobRetried, JobStarted
 from elastisched.core.clock import WallClock
 from elastisched.core.errors import UnknownPolicyError
 from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
@@ -37,8 +38,6 @@ from elastisched.service.store import TERMINAL, Store
 
 log = logging.getLogger("elastisched.service")
 DEFAULT_DURATION_S = 600.0
-#: Registered policies that cannot run without measured models (no model-free fallback).
-PERF_POLICIES = frozenset({"srtf", "optimus", "jabas"})
 
 
 def _placement(p: Sequence[Sequence[Any]]) -> tuple[tuple[str, int], ...]:
@@ -55,6 +54,7 @@ def job_spec(row: dict[str, Any], s: dict[str, Any], epoch: float) -> JobSpec:
                    min_gpus=n if pinned else int(s.get("min_gpus") or n),
                    max_gpus=n if pinned else int(s.get("max_gpus") or n),
                    elastic=bool(s.get("elastic")) and not pinned, gpu_types=tuple(s.get("gpu_types") or ()),
+                   work_scale=float(s.get("work_scale") or 1.0),
                    duration=float(s.get("duration") or DEFAULT_DURATION_S))
 
 
@@ -76,7 +76,7 @@ class Service:
     """Engine + store + backend. `start()` recovers from the store and runs the loop in a thread."""
 
     def __init__(self, store: Store, nodes: tuple[NodeView, ...], backend: Backend, policy: str = "fifo",
-                 *, tick_s: float = 0.5, seed: int = 0) -> None:
+                 *, tick_s: float = 0.5, seed: int = 0, profiles_dir: str | None = None) -> None:
         self.store = store
         self.base_nodes = nodes
         self.backend = backend
@@ -99,17 +99,27 @@ class Service:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._allocs: dict[str, Allocation] = {}
+        self._views: dict[str, tuple[tuple[Any, ...], JobView]] = {}  # last view per job and what it was built from
+        self._attained: dict[str, list[float]] = {}  # [GPU-seconds, run seconds, since (clock), GPUs held since]
         self._specs: dict[str, tuple[int | None, JobSpec]] = {}  # immutable but for an admin size (resize_to)
         self.min_round_gap_s = min(0.25, tick_s)  # a burst of submissions costs one round, not one each
         self._reasons: dict[str, str | None] = {}
         self._requests: list[dict[str, Any]] = []
         self._perf: Any = None
+        self.profiles_dir = profiles_dir
+        # Engine-owned progress of each job with a profiled application, in the models' units (reference
+        # steps): [progress, wall time it refers to]; integrated from the models' goodput while the job runs
+        # (no progress during the restart cost after each generation starts), reset to measured values when
+        # the job's hints arrive. `_started`: wall time each job's current generation started.
+        self._progress: dict[str, list[float]] = {}
+        self._started: dict[str, tuple[float, bool]] = {}
+        self._observed: dict[str, dict[int, float]] = {}
         self._nodes: tuple[tuple[tuple[str, str, int], ...], tuple[NodeView, ...]] | None = None
         self._apps: set[str] | None = None
         self._dirty = True
         self._last_round = 0.0
         self.rounds = 0
+        self.round_latency_s = 0.0  # policy + engine time of the last round
         self.last_error: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -159,10 +169,12 @@ class Service:
         events = self.backend.poll()
         if events:
             self._handle(events)
-            self._dirty = True
+            if any(not isinstance(e, JobHints) for e in events):  # hints refine progress, no round of their own
+                self._dirty = True
         self._requests = self.store.requests()
         if self._requests:
             self._cancels()
+            self._holds()
             self._resizes()
         pending_reclaims = self.store.list_reclaims(("PENDING",))
         interval = self.policy.interval
@@ -182,20 +194,59 @@ class Service:
             for r in rows:
                 if r["id"] in raw:
                     self._specs[r["id"]] = (r["resize_to"], job_spec(r, raw[r["id"]], self.epoch))
+        now = self.clock.now()
         for row in rows:
-            if row["cancel_requested"]:
+            if row["cancel_requested"] or row["held"]:
                 continue
-            place = _placement(row["placement"])
-            cur = self._allocs.get(row["id"])
-            if cur is None or cur.placement != place:
-                cur = Allocation(placement=place, batch_size=row["batch_size"]) if place else NO_ALLOCATION
-                self._allocs[row["id"]] = cur
-            jobs[row["id"]] = JobView(
-                spec=self._specs[row["id"]][1], phase=JobPhase.RUNNING if place else JobPhase.PENDING,
-                allocation=cur, updated_at=self.clock.now(),
+            jid = row["id"]
+            place = _placement(row["placement"]) if row["placement"] else ()
+            spec = self._specs[jid][1]
+            key = (place, row["batch_size"], row["start_time"], row["restarts"], spec)
+            cached = self._views.get(jid)
+            if cached is not None and cached[0] == key:  # unchanged job: same view (a long queue costs ~nothing)
+                jobs[jid] = cached[1]
+                continue
+            # Attained service: GPU-seconds held so far, folded in at each change of placement; the view is
+            # stamped at the change (`updated_at`), so `JobView.attained(now)` adds the time since.
+            acc = self._attained.setdefault(jid, [0.0, 0.0, now, 0])
+            dt = max(0.0, now - acc[2])
+            acc[0] += dt * acc[3]
+            acc[1] += dt if acc[3] else 0.0
+            acc[2], acc[3] = now, sum(k for _, k in place)
+            alloc = Allocation(placement=place, batch_size=row["batch_size"]) if place else NO_ALLOCATION
+            view = JobView(
+                spec=spec, phase=JobPhase.RUNNING if place else JobPhase.PENDING, allocation=alloc, updated_at=now,
+                attained_service=acc[0], run_time=acc[1],
                 start_time=None if row["start_time"] is None else row["start_time"] - self.epoch,
                 num_restarts=int(row["restarts"]), batch_size=int(row["batch_size"] or 0))
-        return ClusterSnapshot(self.clock.now(), nodes, jobs, reclaim_demand)
+            self._views[jid] = (key, view)
+            jobs[jid] = view
+        return ClusterSnapshot(now, nodes, jobs, reclaim_demand)
+
+    def with_progress(self, snap: ClusterSnapshot, perf: Any) -> ClusterSnapshot:
+        """The snapshot with progress, total work and epoch of every job (what the simulator's views carry),
+        from the models and the jobs' hints; needed by policies that predict remaining time (Lyra, SRTF)."""
+        now = time.time()
+        gtype = {n.node_id: n.gpu_type for n in snap.nodes}
+        jobs: dict[str, JobView] = {}
+        for jid, v in snap.jobs.items():
+            app = perf.app(v.spec.application)
+            total = app.total_work * v.spec.work_scale
+            place = v.allocation.placement
+            began, adopted = self._started.get(jid, (now, True))
+            st = self._progress.setdefault(jid, [0.0, began if place else now])
+            if place and now > st[1]:
+                t0 = max(st[1], began if adopted else began + app.restart_cost)
+                if now > t0 and place[0][0] in gtype:
+                    cfg = app.batch_config(v.allocation.gpus, v.allocation.batch_size or v.spec.batch_size)
+                    epoch = app.epoch_at(st[0], v.spec.work_scale)
+                    rate = app.goodput(gtype[place[0][0]], tuple(k for _, k in place), cfg, epoch)
+                    st[0] = min(total, st[0] + rate * (now - t0))
+            st[1] = now
+            jobs[jid] = dataclasses.replace(
+                v, progress=st[0], total_work=total, epoch=min(app.epoch_at(st[0], v.spec.work_scale), app.max_epochs),
+                observed_throughput=dict(self._observed.get(jid, {})))
+        return ClusterSnapshot(snap.now, snap.nodes, jobs, snap.reclaim_demand)
 
     def _round(self, reclaims: list[dict[str, Any]]) -> None:
         nodes = self.nodes()
@@ -203,8 +254,11 @@ class Service:
         demand = min(sum(int(r["count"]) for r in reclaims), len(loaned))
         snap = self.snapshot(nodes, demand)
         self.engine.ctx.perf = self._perf_for(snap)
+        if self.engine.ctx.perf is not None:
+            snap = self.with_progress(snap, self.engine.ctx.perf)
         res = self.engine.round(snap)
         self.rounds += 1
+        self.round_latency_s = res.latency_s
         actions = list(res.actions)
         returned: list[str] = []
         if reclaims:
@@ -223,10 +277,10 @@ class Service:
                     "kind": a.kind.value, "placement": [list(p) for p in a.allocation.placement],
                     "previous": [list(p) for p in a.previous.placement], "batch_size": a.allocation.batch_size},
                     conn=c)
-            for jid, why in reasons.items():
-                if self._reasons.get(jid) != why:
-                    self.store.update_job(jid, conn=c, reason=why)
-                    self._reasons[jid] = why
+            changed = {jid: why for jid, why in reasons.items() if self._reasons.get(jid) != why}
+            if changed:  # one executemany: a burst of submissions queues hundreds at once
+                self.store.set_reasons(changed, conn=c)
+                self._reasons.update(changed)
         self.backend.apply(actions)
         for a in actions:
             if a.kind is ActionKind.SUSPEND:
@@ -288,10 +342,27 @@ class Service:
                 self._forget(row["id"])
                 self._dirty = True
 
+    def _holds(self) -> None:
+        """User suspensions (`POST /v1/jobs/{id}:suspend`): a running job is checkpointed and stopped; a held
+        job stays out of every snapshot (no policy sees it) until `:resume` queues it again."""
+        stop = [r for r in self._requests if r["held"] and not r["cancel_requested"]
+                and (r["placement"] or r["state"] != "SUSPENDED")]
+        for row in stop:
+            place = _placement(row["placement"])
+            if place:
+                prev = Allocation(placement=place, batch_size=row["batch_size"])
+                self.store.add_event(row["id"], "action", {"kind": "suspend", "placement": [],
+                                                           "previous": [list(p) for p in place], "user": True})
+                self.backend.apply([Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev)])
+            self.store.update_job(row["id"], state="SUSPENDED", placement=[], reason="Held")
+            self._reasons.pop(row["id"], None)
+            self._dirty = True
+
     def _resizes(self) -> None:
         """Admin resizes (`POST /v1/jobs/{id}:resize`) of running jobs: best-fit on free slots of the job's
         GPU type, its own nodes first; the job then stays pinned at that size."""
-        rows = [r for r in self._requests if r["resize_to"] and r["placement"] and not r["cancel_requested"]]
+        rows = [r for r in self._requests if r["resize_to"] and r["placement"] and not r["cancel_requested"]
+                and not r["held"]]
         if not rows:
             return
         nodes = self.nodes()
@@ -338,7 +409,11 @@ class Service:
             row = self.store.get_job(e.job_id)
             if row is None or row["state"] in TERMINAL:
                 continue
+            if isinstance(e, JobHints):
+                self._hinted(e, row)
+                continue
             if isinstance(e, JobStarted):
+                self._started[e.job_id] = (e.time, e.adopted)
                 self.store.update_job(e.job_id, state="RUNNING", reason=None,
                                       start_time=row["start_time"] or time.time())
             elif isinstance(e, JobRetried):
@@ -355,27 +430,45 @@ class Service:
                     self.store.add_event(e.job_id, "failed", {"reason": e.reason}, conn=c)
                 self._forget(e.job_id)
 
+    def _hinted(self, h: JobHints, row: dict[str, Any]) -> None:
+        """Measured progress from a job's hints replaces the models' estimate (steps × the models' gain at
+        the job's batch); the measured throughput goes to `JobView.observed_throughput`."""
+        if h.throughput:
+            self._observed.setdefault(h.job_id, {})[h.world_size] = float(h.throughput)
+        app_name = (row.get("spec") or {}).get("application")
+        if self._perf is None or not app_name or app_name not in self._perf:
+            return
+        app = self._perf.app(app_name)
+        batch = h.global_batch or int(row.get("batch_size") or app.init_batch_size)
+        epoch = app.epoch_at(self._progress.get(h.job_id, [0.0])[0], float(row["spec"].get("work_scale") or 1.0))
+        self._progress[h.job_id] = [h.step * app.efficiency.gain(batch, epoch), h.time]
+
     def _perf_for(self, snap: ClusterSnapshot) -> Any:
         """The measured models when every job names a profiled application (`application` at submit), else
         None: policies then use their model-free fallback (Lyra: linear in `duration_s`)."""
         apps = {j.spec.application for j in snap.jobs.values()}
         if not apps or not apps <= self.known_apps():
             return None
-        if self._perf is None:
-            from elastisched.models import PerfModels
+        return self.models()
 
-            self._perf = PerfModels.load()
+    def models(self) -> Any:
+        """The bundled profiles plus `--profiles` (built on first use: a fit per application)."""
+        if self._perf is None:
+            from elastisched.service.profiles import load_models
+
+            self._perf = load_models(self.profiles_dir)
         return self._perf
 
     def known_apps(self) -> set[str]:
         if self._apps is None:
-            from elastisched.models.profiles import load_pollux_bundled
+            from elastisched.service.profiles import app_names
 
-            self._apps = set(load_pollux_bundled())
+            self._apps = app_names(self.profiles_dir)
         return self._apps
 
     def _forget(self, job_id: str) -> None:
-        self._allocs.pop(job_id, None)
+        for d in (self._progress, self._started, self._observed, self._views, self._attained):
+            d.pop(job_id, None)  # type: ignore[attr-defined]
         self._specs.pop(job_id, None)
         self._reasons.pop(job_id, None)
 

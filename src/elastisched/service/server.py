@@ -38,14 +38,15 @@ def resolve_token(token: str | None, workdir: Path) -> str:
 
 def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLike[str],
           scripts_dir: str | os.PathLike[str], token: str | None = None, tick_s: float = 0.5,
-          grace_s: float = 15.0, max_retries: int = 2, seed: int = 0,
+          grace_s: float = 15.0, max_retries: int = 2, seed: int = 0, profiles: str | None = None,
           python: str = sys.executable) -> tuple[FastAPI, Service, str]:
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     store = Store(db or default_db(work))
     nodes = parse_cluster(cluster, default_gpu_type="cpu")
     backend = LocalBackend(store, work, python=python, grace_s=grace_s, max_retries=max_retries, nodes=nodes)
-    service = Service(store, nodes, backend, policy, tick_s=tick_s, seed=seed)
+    service = Service(store, nodes, backend, policy, tick_s=tick_s, seed=seed,
+                      profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
     tok = resolve_token(token, work)
     return create_app(service, tok, scripts_dir), service, tok
 
@@ -54,4 +55,7 @@ def serve(*, host: str = "127.0.0.1", port: int = 8470, **kwargs: object) -> Non
     import uvicorn
 
     app, _service, _tok = build(**kwargs)  # type: ignore[arg-type]
+    # The engine thread is CPU-bound during a round; a request thread waiting for the GIL would wait the default
+    # 5 ms switch interval at each of its hand-offs (event loop <-> thread pool). 1 ms bounds that wait.
+    sys.setswitchinterval(0.001)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

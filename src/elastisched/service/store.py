@@ -8,6 +8,7 @@ and the API threads and the daemon thread share a single engine.
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
@@ -25,11 +26,15 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    bindparam,
     create_engine,
     event,
     func,
     insert,
+    inspect,
     select,
+    text,
+    type_coerce,
     update,
 )
 from sqlalchemy.pool import StaticPool
@@ -59,6 +64,7 @@ jobs = Table(
     Column("retries", Integer, nullable=False, default=0),
     Column("resize_to", Integer),  # admin override (API resize), pins the job's size
     Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("held", Boolean, nullable=False, default=False),  # suspended by a user until resumed
     Column("message", String(2000)),
 )
 
@@ -126,6 +132,13 @@ def _row(r: Any) -> dict[str, Any]:
     return dict(r._mapping)
 
 
+def _json_list(v: Any) -> list[Any]:
+    """A JSON list column read as text (SQLite) or already decoded (drivers with a native JSON type)."""
+    if isinstance(v, str):
+        return [] if v == "[]" else list(json.loads(v))
+    return list(v or [])
+
+
 class Store:
     """All reads and writes of the service. Methods return plain dicts (rows) so callers never hold
     connections across threads."""
@@ -141,6 +154,18 @@ class Store:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._lock = threading.RLock()
         meta.create_all(self.engine)
+        self._add_missing_columns()
+
+    # Columns added after the first release: (table, column, DDL type and default). create_all never alters
+    # an existing table, so a database made by an older version gets them here.
+    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT 0"),)
+
+    def _add_missing_columns(self) -> None:
+        insp = inspect(self.engine)
+        with self.engine.begin() as c:
+            for table, column, ddl in self._ADDED_COLUMNS:
+                if column not in {col["name"] for col in insp.get_columns(table)}:
+                    c.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -172,11 +197,14 @@ class Store:
             jid = secrets.token_hex(4)
             while c.execute(select(jobs.c.id).where(jobs.c.id == jid)).first() is not None:
                 jid = secrets.token_hex(4)
-            c.execute(insert(jobs).values(
-                id=jid, name=name or jid, script=script, args=list(args), spec=dict(spec), state="PENDING",
-                submit_time=now, placement=[], generation=0, restarts=0, retries=0, cancel_requested=False))
-            self._event(c, now, jid, "submitted", {"spec": dict(spec), "script": script, "args": list(args)})
-            return _row(c.execute(select(jobs).where(jobs.c.id == jid)).one())
+            row: dict[str, Any] = {
+                "id": jid, "name": name or jid, "script": script, "args": list(args), "spec": dict(spec),
+                "state": "PENDING", "submit_time": now, "placement": [], "generation": 0, "restarts": 0,
+                "retries": 0, "cancel_requested": False, "held": False}
+            seq = c.execute(insert(jobs).values(**row)).inserted_primary_key[0]
+            self._event(c, now, jid, "submitted", {"spec": row["spec"], "script": script, "args": row["args"]})
+        # the row as written (no read-back): columns not set are NULL
+        return {col.name: None for col in jobs.columns} | row | {"seq": seq}
 
     def get_job(self, id_or_prefix: str) -> dict[str, Any] | None:
         """Exact id, else a unique prefix (short ids as in Docker/kubectl)."""
@@ -203,12 +231,25 @@ class Store:
         return self.list_jobs(ACTIVE)
 
     def active_light(self) -> list[dict[str, Any]]:
-        """Active jobs without the large columns (spec, args): what one engine round reads."""
-        cols = [jobs.c.id, jobs.c.name, jobs.c.submit_time, jobs.c.placement, jobs.c.batch_size, jobs.c.resize_to,
-                jobs.c.start_time, jobs.c.restarts, jobs.c.cancel_requested]
-        q = select(*cols).where(jobs.c.state.in_(ACTIVE)).order_by(jobs.c.seq)
+        """Active jobs without the large columns (spec, args): what one engine round reads.
+
+        Every round reads every active job, so this is the service's hot read: plain tuples are fetched under
+        the lock (placement as raw text, no per-row JSON processing), rows are built after releasing it, and
+        the common empty placement of a queued job skips the JSON decoder."""
+        names = ("id", "name", "submit_time", "placement", "batch_size", "resize_to", "start_time", "restarts",
+                 "cancel_requested", "held")
+        q = (select(jobs.c.id, jobs.c.name, jobs.c.submit_time, type_coerce(jobs.c.placement, String),
+                    jobs.c.batch_size, jobs.c.resize_to, jobs.c.start_time, jobs.c.restarts, jobs.c.cancel_requested,
+                    jobs.c.held)
+             .where(jobs.c.state.in_(ACTIVE)).order_by(jobs.c.seq))
         with self.tx() as c:
-            return [_row(r) for r in c.execute(q)]
+            raw = c.execute(q).all()
+        out = []
+        for r in raw:
+            d = dict(zip(names, r, strict=True))
+            d["placement"] = _json_list(d["placement"])
+            out.append(d)
+        return out
 
     def specs(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         with self.tx() as c:
@@ -216,9 +257,14 @@ class Store:
 
     def requests(self) -> list[dict[str, Any]]:
         """Active jobs with a pending cancel or an admin size (indexed scan, cheap on a long queue)."""
-        q = select(jobs).where(jobs.c.state.in_(ACTIVE) & (jobs.c.cancel_requested | jobs.c.resize_to.is_not(None)))
+        q = select(jobs).where(jobs.c.state.in_(ACTIVE) & (jobs.c.cancel_requested | jobs.c.resize_to.is_not(None)
+                                                            | jobs.c.held))
         with self.tx() as c:
             return [_row(r) for r in c.execute(q.order_by(jobs.c.seq))]
+
+    def count_by_state(self) -> dict[str, int]:
+        with self.tx() as c:
+            return {str(k): int(n) for k, n in c.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))}
 
     def count_jobs(self) -> int:
         with self.tx() as c:
@@ -231,10 +277,21 @@ class Store:
         with self.tx() as c:
             c.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
 
+    def set_reasons(self, reasons: Mapping[str, str | None], conn: Connection) -> None:
+        """Set the `reason` of many jobs in one statement (executemany)."""
+        q = update(jobs).where(jobs.c.id == bindparam("jid")).values(reason=bindparam("why"))
+        conn.execute(q, [{"jid": j, "why": w} for j, w in reasons.items()])
+
     def request_cancel(self, job_id: str) -> None:
         with self.tx() as c:
             c.execute(update(jobs).where(jobs.c.id == job_id).values(cancel_requested=True))
             self._event(c, time.time(), job_id, "cancel_requested", {})
+
+    def request_hold(self, job_id: str, held: bool) -> None:
+        """Suspend (held) or resume a job: the engine loop checkpoints and stops it, or queues it again."""
+        with self.tx() as c:
+            c.execute(update(jobs).where(jobs.c.id == job_id).values(held=held))
+            self._event(c, time.time(), job_id, "suspend_requested" if held else "resume_requested", {})
 
     def request_resize(self, job_id: str, gpus: int) -> None:
         with self.tx() as c:
