@@ -146,3 +146,20 @@ def test_suspend_holds_a_job_and_resume_continues_it_from_its_checkpoint(svc: Se
     assert svc.api("POST", f"/v1/jobs/{jid}:resume").status_code == 409  # not held any more
     _cli(svc, "cancel", jid)
     wait_for(lambda: svc.job(jid)["state"] == "CANCELLED", 30, "cancelled")
+
+
+def test_dashboard_page_is_public_but_its_data_needs_the_token(svc: ServiceProc) -> None:
+    """`/` serves a page with no job data in it; every API path the page polls exists and needs the token."""
+    import re
+
+    svc.api("POST", "/v1/jobs", json={"script": str(FAKE), "name": "dash-secret-name", "args": ["--steps", "1"]})
+    with httpx.Client(base_url=svc.url, timeout=10) as c:
+        page = c.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "dash-secret-name" not in page.text and c.get("/dashboard").text == page.text
+        polled = set(re.findall(r'get\("(/v1/[a-z]+)"\)', page.text))
+        assert polled == {"/v1/nodes", "/v1/jobs", "/v1/loans"}
+        for path in polled:
+            assert c.get(path).status_code == 401, path
+            assert svc.api("GET", path).status_code == 200, path
+    assert any(j["name"] == "dash-secret-name" for j in svc.api("GET", "/v1/jobs").json())

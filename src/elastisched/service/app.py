@@ -1,4 +1,5 @@
-"""REST API (ecosystem.md §B.4): jobs, logs, nodes, loans and reclaims; bearer token on all but /healthz.
+"""REST API (ecosystem.md §B.4): jobs, logs, nodes, loans and reclaims; bearer token on all but /healthz and
+the dashboard page (`/`), which holds no data and calls the API with the token the user gives it.
 
 Handlers only validate, write the request to the store and wake the engine loop; the loop acts. Request
 models are pydantic, so a bad field is a 422 whose `detail[].loc` names it. A job's script must resolve
@@ -12,15 +13,18 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request, status
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from elastisched.service.daemon import Service
 from elastisched.service.store import ACTIVE, TERMINAL, AmbiguousId
+
+DASHBOARD = (resources.files("elastisched.service") / "dashboard.html").read_text(encoding="utf-8")
 
 
 class SubmitRequest(BaseModel):
@@ -114,6 +118,12 @@ def create_app(service: Service, token: str, scripts_dir: str | os.PathLike[str]
         if row is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id!r}")
         return row
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    @app.get("/dashboard", response_class=HTMLResponse)
+    def dashboard() -> str:
+        """A page that polls /v1/nodes, /v1/jobs and /v1/loans every 2 s (token from #token=... or asked)."""
+        return DASHBOARD
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
