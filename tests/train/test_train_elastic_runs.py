@@ -92,3 +92,13 @@ def test_restart_into_warm_pool_continues_exactly(tmp_path: Path) -> None:
     seen = Counter(i for r in recs for i in r["idx"])
     assert sorted(seen) == list(range(N)) and set(seen.values()) == {1}
     assert sorted(losses(tr)) == list(range(1, N // G + 1))
+
+
+def test_single_micro_batch_steps_still_report_progress_hints(tmp_path: Path) -> None:
+    """One worker, one micro-batch per step: no two-halves statistic, but every stats step still writes a
+    hint with its step and measured throughput (the service's progress and speed come from these)."""
+    ck = tmp_path / "ck"
+    run_launch(1, local_batch=16, ckpt=ck, worker_args=["--max-steps", "6", "--stats-interval", "2"])
+    hints = [json.loads(line) for line in (ck / "hints.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in hints] == [2, 4, 6]
+    assert all(h["throughput"] > 0 and h["globalBatchSize"] == 16 and "similarity" not in h for h in hints)

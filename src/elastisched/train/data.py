@@ -218,6 +218,8 @@ class ElasticDataLoader:
                 self.consumed = 0
             if model is not None and model.fresh_stats is not None:
                 self._adapt(model.fresh_stats, model.timing())
+            elif model is not None and measure:
+                self._report_progress(model.timing())  # one micro-batch per step: no two-halves statistic
             ctx.after_step()
             if done:
                 return
@@ -253,6 +255,18 @@ class ElasticDataLoader:
             "sync_time": None if timing is None else timing.sync_time,
             "throughput": None if timing is None or timing.step_time <= 0 else
             timing.global_batch / timing.step_time,
+            "wall": time.time(),
+        })
+
+    def _report_progress(self, timing: StepTiming | None) -> None:
+        """A hint without gradient statistics (a step of one micro-batch has no two halves): step, batch and
+        throughput still reach the service, which measures progress and speed from them."""
+        self.ctx.write_hints({
+            "globalBatchSize": self.global_batch, "localBatchSize": self.local_batch, "accumulation": self.accum,
+            "initBatchSize": self.base_batch, "rule": None if self.rule is None else self.rule.name,
+            "step_time": None if timing is None else timing.step_time,
+            "sync_time": None if timing is None else timing.sync_time,
+            "throughput": None if timing is None or timing.step_time <= 0 else timing.global_batch / timing.step_time,
             "wall": time.time(),
         })
 
