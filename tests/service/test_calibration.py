@@ -51,7 +51,7 @@ def test_one_node_profile_becomes_models_with_measured_restart_cost(profiles: Pa
     assert cal.APP in app_names(profiles) and "cifar10" in app_names(profiles)
     app = load_models(profiles).app(cal.APP)
     assert app.restart_cost == 2.5 and app.gpu_types == ("cpu",)
-    assert isinstance(app.model("cpu"), OneNodeModel)  # a one-node profile cannot be triangulated in 3-D
+    assert isinstance(app.model("cpu"), OneNodeModel)  # local nodes are slices of the profiled host
     assert app.iteration_time("cpu", (1,), app.batch_config(1, cal.BATCH)) == pytest.approx(STEP1)
     assert app.iteration_time("cpu", (2,), app.batch_config(2, cal.BATCH)) == pytest.approx(STEP2)
     assert app.total_work == cal.STEPS_PER_EPOCH

@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator
 from scipy.optimize import minimize
+from scipy.spatial import QhullError
 
 from elastisched.models.profiles import ThroughputProfile
 
@@ -88,6 +89,48 @@ def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
     return min(p[i:] + p[:i] for i in range(len(p)))
 
 
+class ProfileInterpolator:
+    """Piecewise-linear interpolation of measured (step, sync) times over (nodes, replicas, local batch).
+
+    Only the coordinates that vary in the profile are triangulated: a profile measured on one machine
+    (every point at one node count, as `elastisched profile` writes it) has no 3-D triangulation (qhull
+    QH6013), and points on a flat 2-D set would fail the same way. A query that differs from the profile
+    in a constant coordinate, lies outside the hull, or meets a degenerate point set gives NaN, so the
+    caller falls back to the fitted model.
+    """
+
+    def __init__(self, pts: np.ndarray, vals: np.ndarray) -> None:
+        varying = np.ptp(pts, axis=0) > 0
+        self._varying = varying
+        self._fixed = pts[0, ~varying]
+        self._vals = vals
+        self._nd: LinearNDInterpolator | None = None
+        self._x1: np.ndarray | None = None
+        if varying.sum() >= 2:
+            try:
+                self._nd = LinearNDInterpolator(pts[:, varying], vals)
+            except QhullError:
+                self._nd = None
+        elif varying.sum() == 1:
+            x = pts[:, varying][:, 0]
+            order = np.argsort(x, kind="stable")
+            self._x1, self._vals = x[order], vals[order]
+
+    def __call__(self, query: list[float]) -> np.ndarray:
+        q = np.asarray(query, dtype=float)
+        nan = np.full(self._vals.shape[1], np.nan)
+        if not np.array_equal(q[~self._varying], self._fixed):
+            return nan
+        if self._nd is not None:
+            return np.asarray(self._nd(q[self._varying])[0], dtype=float)
+        if self._x1 is not None:
+            x = float(q[self._varying][0])
+            if not self._x1[0] <= x <= self._x1[-1]:
+                return nan
+            return np.array([np.interp(x, self._x1, self._vals[:, j]) for j in range(self._vals.shape[1])])
+        return self._vals[0].copy() if len(self._vals) and not self._varying.any() else nan
+
+
 class ThroughputModel:
     """(placement, local batch) → (step_time, sync_time) seconds for one app on one GPU type."""
 
@@ -102,7 +145,7 @@ class ThroughputModel:
         means = pl.groupby(xs)[ys].mean().reset_index()
         pts = np.vstack([means[xs].to_numpy(float), profile.scalability[xs].to_numpy(float)])
         vals = np.vstack([means[ys].to_numpy(float), profile.scalability[ys].to_numpy(float)])
-        self._interp = LinearNDInterpolator(pts, vals)
+        self._interp = ProfileInterpolator(pts, vals)
         self._max_nodes = max_nodes_interp
         self.min_local_bsz = int(pl["local_bsz"].min())
         self.max_local_bsz = int(pl["local_bsz"].max())
@@ -119,7 +162,7 @@ class ThroughputModel:
             if bs[0] <= local_bsz <= bs[-1]:
                 return float(np.interp(local_bsz, bs, ts[:, 0])), float(np.interp(local_bsz, bs, ts[:, 1]))
         nodes, reps = min(len(p), self._max_nodes), sum(p)
-        out = self._interp([nodes, reps, local_bsz])[0]
+        out = self._interp([nodes, reps, local_bsz])
         if np.all(np.isfinite(out)):
             return float(out[0]), float(out[1])
         return self.params.step_sync(len(p), reps, local_bsz)

@@ -81,14 +81,13 @@ def load_models(profiles_dir: str | os.PathLike[str] | None = None) -> PerfModel
 class OneNodeModel(ThroughputModel):
     """Step time from a profile measured on one node (what `elastisched profile` writes on one machine).
 
-    `ThroughputModel` interpolates unmeasured placements over (nodes, replicas, local batch) with a 3-D
-    Delaunay triangulation, which has no solution when every point has the same node count (qhull QH6013).
     The local backend's nodes are slices of the one machine that was profiled, so a placement is predicted
-    by its replica count whatever its node split (Lyra predicts extras "on nodes of their own"). A measured
-    replica count is interpolated in the local batch exactly as there, other counts linearly between the
-    measured ones, and anything outside by the Pollux model fitted to the same points.
-    The proper fix belongs in `models/throughput.py` (drop constant coordinates before triangulating);
-    this class goes away then.
+    by its replica count whatever its node split (Lyra predicts extras "on nodes of their own"; 1+1 on two
+    local "nodes" is still two processes on one host). `ThroughputModel` handles one-node profiles too
+    (`ProfileInterpolator`), but it treats a multi-node placement as unmeasured and uses the Pollux fit,
+    whose inter-node terms a one-node profile cannot identify. A measured replica count is interpolated in
+    the local batch, other counts linearly between the measured ones, and anything outside by the Pollux
+    model fitted to the same points.
     """
 
     def __init__(self, profile: ThroughputProfile) -> None:
