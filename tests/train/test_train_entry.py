@@ -38,3 +38,19 @@ def test_entry_without_script_is_usage_error() -> None:
     res = subprocess.run([sys.executable, "-m", "elastisched.train._entry"], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 2 and "usage" in res.stderr
+
+
+def test_threads_and_executor_work_finish_before_exit(tmp_path: Path) -> None:
+    """As plain `python s.py`: a non-daemon thread and a queued executor task still run to the end."""
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import threading, time\nfrom concurrent.futures import ThreadPoolExecutor\n"
+        "def write(name):\n    time.sleep(0.5)\n"
+        f"    open({str(tmp_path)!r} + '/' + name, 'w').write('done')\n"
+        "threading.Thread(target=write, args=('thread',)).start()\n"
+        "ThreadPoolExecutor(1).submit(write, 'task')\n"
+    )
+    res = subprocess.run([sys.executable, "-m", "elastisched.train._entry", str(script)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "thread").read_text() == "done" and (tmp_path / "task").read_text() == "done"
