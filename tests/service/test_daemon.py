@@ -134,3 +134,28 @@ def test_user_suspend_holds_the_job_until_resume() -> None:
     svc.wake()
     svc.step()
     assert [x.job_id for x in be.applied if x.kind is ActionKind.LAUNCH] == [a, b, a]
+
+
+def test_held_time_is_not_attained_service() -> None:
+    """A job suspended by the user for 950 s resumes with the service it had, not 950 GPU-seconds more."""
+    from elastisched.core.clock import SimClock
+
+    svc, store, _ = _svc()
+    clock = SimClock()
+    svc.clock = clock  # type: ignore[assignment]
+    a = _submit(store)
+    svc.step()  # launched at t = 0
+    clock.advance_to(10.0)
+    svc.wake()
+    svc.step()
+    clock.advance_to(50.0)
+    store.request_hold(a, True)
+    svc.wake()
+    svc.step()  # held at t = 50 after 40 s on 1 GPU that the engine saw
+    clock.advance_to(1000.0)
+    store.request_hold(a, False)
+    svc.wake()
+    svc.step()
+    view = svc.snapshot(svc.nodes()).jobs[a]
+    assert view.attained_service == pytest.approx(40.0, abs=1e-6)
+    assert view.run_time == pytest.approx(40.0, abs=1e-6)

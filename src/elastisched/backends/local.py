@@ -176,6 +176,7 @@ class LocalBackend:
 
     def cancel(self, job_id: str) -> None:
         self._stop_many([job_id], outcome="cancelled")
+        self._hint_pos.pop(job_id, None)
 
     def _stop_many(self, job_ids: Sequence[str], outcome: str) -> None:
         """SIGTERM all groups at once (they checkpoint in parallel), wait up to grace, then SIGKILL."""
@@ -308,6 +309,7 @@ class LocalBackend:
                                      outcome="succeeded" if ok else "failed", ended_at=time.time())
         self.groups.pop(g.job_id, None)
         if ok:
+            self._hint_pos.pop(g.job_id, None)
             return [JobFinished(time.time(), g.job_id)]
         job = self.store.get_job(g.job_id)
         reason = f"generation {g.generation} exited with codes {codes}"
@@ -315,6 +317,7 @@ class LocalBackend:
             self.store.update_job(g.job_id, retries=int(job["retries"]) + 1)
             self._launch(g.job_id, g.allocation, "retry")
             return [JobRetried(time.time(), g.job_id, g.generation + 1, reason)]
+        self._hint_pos.pop(g.job_id, None)
         return [JobFailed(time.time(), g.job_id, reason)]
 
     # ------------------------------------------------------------------ restart

@@ -356,6 +356,14 @@ class Service:
                 self.backend.apply([Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev)])
             self.store.update_job(row["id"], state="SUSPENDED", placement=[], reason="Held")
             self._reasons.pop(row["id"], None)
+            # Fold attained service up to now and hold it at 0 GPUs: the held time is not service.
+            acc = self._attained.get(row["id"])
+            if acc is not None:
+                now = self.clock.now()
+                acc[0] += max(0.0, now - acc[2]) * acc[3]
+                acc[1] += max(0.0, now - acc[2]) if acc[3] else 0.0
+                acc[2], acc[3] = now, 0
+            self._views.pop(row["id"], None)
             self._dirty = True
 
     def _resizes(self) -> None:

@@ -10,8 +10,9 @@ artifact layout, written by `elastisched profile`):
 
 The unsuffixed files were measured on `gpu_type` (default `cpu`, the local backend's worker slot);
 `restart_cost_s` is the measured stop + relaunch time the policies charge for a rescale (else the models'
-default). The simulator builds its models with the same function, so a policy sees the same numbers in
-both bodies.
+default). `benchmarks/calibration.py` builds its simulator's models with this same function, so a policy
+sees the same numbers in both bodies there; `elastisched sim --profiles` still reads profiles through
+`PerfModels.load` (no one-node override, no `meta.json` restart cost).
 """
 
 from __future__ import annotations

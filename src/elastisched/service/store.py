@@ -37,6 +37,7 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -158,14 +159,20 @@ class Store:
 
     # Columns added after the first release: (table, column, DDL type and default). create_all never alters
     # an existing table, so a database made by an older version gets them here.
-    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT 0"),)
+    # FALSE, not 0: PostgreSQL refuses an integer default for a boolean (SQLite >= 3.23 reads FALSE too).
+    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT FALSE"),)
 
     def _add_missing_columns(self) -> None:
-        insp = inspect(self.engine)
-        with self.engine.begin() as c:
-            for table, column, ddl in self._ADDED_COLUMNS:
-                if column not in {col["name"] for col in insp.get_columns(table)}:
+        for table, column, ddl in self._ADDED_COLUMNS:
+            if column in {col["name"] for col in inspect(self.engine).get_columns(table)}:
+                continue
+            try:
+                with self.engine.begin() as c:
                     c.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+            except DBAPIError:
+                # Another process opening the same old database may have added it first.
+                if column not in {col["name"] for col in inspect(self.engine).get_columns(table)}:
+                    raise
 
     def close(self) -> None:
         self.engine.dispose()
