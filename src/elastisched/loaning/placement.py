@@ -157,7 +157,9 @@ def place(nodes: Sequence[NodeView], wants: Sequence[Want],
         for w, need in sorted(parts, key=lambda x: -x[1]):
             if w.job_id in failed:
                 continue
-            hosts = [i for i, _ in sorted(held[w.job_id], key=lambda x: -x[1])]
+            hosts = [i for i, _ in held[w.job_id]]
+            if colocate:  # largest host first; without colocation the order stays as before
+                hosts = [i for i, _ in sorted(held[w.job_id], key=lambda x: -x[1])]
             got = board.fill(need, w.gpu_type, prefer_loan, hosts, colocate and prefer_loan)
             if got is not None:
                 held[w.job_id].extend(got)
