@@ -260,7 +260,7 @@ class ElasticContext:
             if dist.is_initialized():
                 dist.destroy_process_group()
             sys.exit(0)
-        hard_exit(0)
+        hard_exit(0, wait_threads=False)
 
 
 def save_atomic(directory: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
