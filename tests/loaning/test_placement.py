@@ -68,3 +68,17 @@ def test_colocate_fills_the_jobs_own_server_before_loaned_ones() -> None:
     other = Want("o", 2, 2, "t4", (("t0", 2),))
     assert place(nodes, [other, run], colocate=True)["e"] == (("t0", 2), ("l0", 2))  # 1 free on t0, rest loaned
     assert place(nodes, [other, run])["e"] == (("t0", 1), ("l0", 3))  # without: all extras loaned-first
+
+
+def test_colocated_extras_of_a_resized_job_yield_to_new_bases() -> None:
+    """J (base 1) runs on t0:3 + l0:2 and is cut to 3; a new rigid P needs 4. J's base stays on t0, but its
+    kept extras there come after P's base: P gets t0's other 3 GPUs and only 1 loaned, J's extras go loaned."""
+    nodes = cluster([4], [4])
+    j = Want("j", 3, 1, "t4", (("t0", 3), ("l0", 2)))
+    p = Want("p", 4, 4, "t4")
+    out = place(nodes, [j, p], colocate=True)
+    assert dict(out["p"]) == {"t0": 3, "l0": 1}
+    assert dict(out["j"]) == {"t0": 1, "l0": 2}
+    # A job whose size does not change keeps its extras where they are (moving them would cost a restart).
+    same = place(nodes, [Want("j", 3, 1, "t4", (("t0", 3),)), p], colocate=True)
+    assert dict(same["j"]) == {"t0": 3} and dict(same["p"]) == {"t0": 1, "l0": 3}

@@ -13,7 +13,9 @@ elastic job's `min_gpus`), its GPU type, and its current placement (with reclaim
    host the job, largest holding first, in either pool, and only the rest goes loaned-first: a worker beside
    its job's others syncs inside the server, while a sub-server job whose extras sit on another server often
    runs *slower* than without them (T4 profiles: cifar10 at 1+2 GPUs on two servers is 0.81× one GPU, 1.81×
-   on one). Extras on a training server are never reclaimed; phase 1 takes them back when a base needs room.
+   on one). Extras on a training server are never reclaimed. A running job that is resized anyway keeps only
+   its base in step 1; its other kept GPUs are retaken after the new bases (where they were if still free,
+   else placed as extras), so extras beside a job never push a new base onto a loaned server.
 Within a pool a part goes to the node with the least free GPUs that holds it whole (best fit); if no node
 holds it whole, the node with the most free GPUs takes what it can and the rest is placed the same way.
 A base part that cannot be placed in full leaves the job unplaced; an extra part that cannot is not granted
@@ -129,6 +131,22 @@ def _shed(current: Placement, keep: int, board: Board) -> list[tuple[int, int]]:
     return [(i, left[i]) for i, _ in cur if left[i] > 0]
 
 
+def _split_base(kept: list[tuple[int, int]], base: int, board: Board
+                ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(base part, the rest) of a kept placement: the base from training servers first, largest holding first."""
+    core: list[tuple[int, int]] = []
+    rest: list[tuple[int, int]] = []
+    need = base
+    for i, g in sorted(kept, key=lambda x: (board.loan[x[0]], -x[1], x[0])):
+        k = min(g, max(need, 0))
+        if k:
+            core.append((i, k))
+        if g - k:
+            rest.append((i, g - k))
+        need -= k
+    return core, rest
+
+
 def place(nodes: Sequence[NodeView], wants: Sequence[Want],
           exclude: frozenset[NodeId] | set[NodeId] = frozenset(), colocate: bool = False) -> dict[str, Placement]:
     """Placements for `wants` (module docstring); jobs that cannot be placed are absent."""
@@ -136,12 +154,18 @@ def place(nodes: Sequence[NodeView], wants: Sequence[Want],
     held: dict[str, list[tuple[int, int]]] = {}
     todo_base: list[tuple[Want, int]] = []
     todo_extra: list[tuple[Want, int]] = []
+    soft: list[tuple[Want, list[tuple[int, int]]]] = []  # (job, kept extras placed after the new bases)
     for w in wants:
         if w.gpus <= 0:
             continue
         cur_total = sum(g for n, g in w.current if n in board.pos)
         if cur_total:
             kept = _shed(w.current, min(cur_total, w.gpus), board)
+            if colocate and w.gpus != cur_total:
+                # Resized anyway (a restart): only the base stays put now; its kept extras come back after the
+                # new bases, so extras beside a job never push another job's base onto a loaned server.
+                kept, rest = _split_base(kept, w.base, board)
+                soft.append((w, rest))
             for i, g in kept:
                 board.take(i, g)
             held[w.job_id] = kept
@@ -154,6 +178,17 @@ def place(nodes: Sequence[NodeView], wants: Sequence[Want],
                 todo_extra.append((w, w.gpus - w.base))
     failed: set[str] = set()  # base part did not fit: the job is not placed this round
     for parts, prefer_loan in ((todo_base, False), (todo_extra, True)):
+        if prefer_loan:  # kept extras of resized jobs: where they were if still free, else placed as extras
+            for w, rest in soft:
+                short = 0
+                for i, g in rest:
+                    k = min(g, board.free[i])
+                    if k:
+                        board.take(i, k)
+                        held[w.job_id].append((i, k))
+                    short += g - k
+                if short:
+                    parts.append((w, short))
         for w, need in sorted(parts, key=lambda x: -x[1]):
             if w.job_id in failed:
                 continue
