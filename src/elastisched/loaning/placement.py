@@ -13,9 +13,10 @@ elastic job's `min_gpus`), its GPU type, and its current placement (with reclaim
    host the job, largest holding first, in either pool, and only the rest goes loaned-first: a worker beside
    its job's others syncs inside the server, while a sub-server job whose extras sit on another server often
    runs *slower* than without them (T4 profiles: cifar10 at 1+2 GPUs on two servers is 0.81× one GPU, 1.81×
-   on one). Extras on a training server are never reclaimed. A running job that is resized anyway keeps only
-   its base in step 1; its other kept GPUs are retaken after the new bases (where they were if still free,
-   else placed as extras), so extras beside a job never push a new base onto a loaned server.
+   on one). Extras on a training server are never reclaimed. When the new bases of a GPU type would not
+   all fit on training servers, a running job of that type that is resized anyway keeps only its base in
+   step 1; its other kept GPUs are retaken after the new bases (where they were if still free, else placed
+   as extras), so extras beside a job never push a new base onto a loaned server.
 Within a pool a part goes to the node with the least free GPUs that holds it whole (best fit); if no node
 holds it whole, the node with the most free GPUs takes what it can and the rest is placed the same way.
 A base part that cannot be placed in full leaves the job unplaced; an extra part that cannot is not granted
@@ -147,6 +148,25 @@ def _split_base(kept: list[tuple[int, int]], base: int, board: Board
     return core, rest
 
 
+def _base_contention(board: Board, wants: Sequence[Want], kept: dict[str, list[tuple[int, int]]]) -> set[str]:
+    """GPU types whose new bases would not all fit on training servers beside what running jobs keep."""
+    need: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for i, f in enumerate(board.free):
+        if not board.loan[i]:
+            free[board.type[i]] = free.get(board.type[i], 0) + f
+    for w in wants:
+        if w.gpus <= 0:
+            continue
+        if w.job_id in kept:
+            for i, g in kept[w.job_id]:
+                if not board.loan[i]:
+                    free[board.type[i]] -= g
+        else:
+            need[w.gpu_type] = need.get(w.gpu_type, 0) + min(w.base, w.gpus)
+    return {t for t, n in need.items() if n > free.get(t, 0)}
+
+
 def place(nodes: Sequence[NodeView], wants: Sequence[Want],
           exclude: frozenset[NodeId] | set[NodeId] = frozenset(), colocate: bool = False) -> dict[str, Placement]:
     """Placements for `wants` (module docstring); jobs that cannot be placed are absent."""
@@ -155,13 +175,17 @@ def place(nodes: Sequence[NodeView], wants: Sequence[Want],
     todo_base: list[tuple[Want, int]] = []
     todo_extra: list[tuple[Want, int]] = []
     soft: list[tuple[Want, list[tuple[int, int]]]] = []  # (job, kept extras placed after the new bases)
+    totals = {w.job_id: sum(g for n, g in w.current if n in board.pos) for w in wants if w.gpus > 0}
+    keeps = {w.job_id: _shed(w.current, min(totals[w.job_id], w.gpus), board)
+             for w in wants if w.gpus > 0 and totals[w.job_id]}
+    contended = _base_contention(board, wants, keeps) if colocate else set()
     for w in wants:
         if w.gpus <= 0:
             continue
-        cur_total = sum(g for n, g in w.current if n in board.pos)
+        cur_total = totals[w.job_id]
         if cur_total:
-            kept = _shed(w.current, min(cur_total, w.gpus), board)
-            if colocate and w.gpus != cur_total:
+            kept = keeps[w.job_id]
+            if w.gpu_type in contended and w.gpus != cur_total:
                 # Resized anyway (a restart): only the base stays put now; its kept extras come back after the
                 # new bases, so extras beside a job never push another job's base onto a loaned server.
                 kept, rest = _split_base(kept, w.base, board)
