@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from elastisched.loaning.reproduce import DeepBootSetup, LyraExperiment, deepboot_compare, register, run_experiment
+from elastisched.loaning.deepboot import DeepBootSetup, deepboot_compare
+from elastisched.loaning.reproduce import LyraExperiment, register, run_experiment
 from elastisched.runner import lyra_runner as run_sim
 
 

@@ -25,33 +25,7 @@ Set-up (every choice is an option of `LyraExperiment`):
 - Plots: `cdf.png` (queuing delay and JCT CDFs per configuration), `loans.png` (inference utilisation and
   loanable servers; servers on loan and reclaimed in the lyra run; busy GPUs), linked from `report.html`.
 
-DeepBoot comparison (`deepboot_compare`, `elastisched reproduce lyra-deepboot --workload small.csv`, or
-`reproduce lyra --peer`). Facts from DeepBoot's simulator (czq693497091/DeepBoot @ cc85a24: `simulator.py`,
-`tiresias.py`, `aryl.py`, `infer_scheduler.py`, `applications.py`, `experiment/cmd/16node-4gpu/small/*.sh`)
-and the reading we take of each:
-- Cluster: `--min-nodes 16 --num-gpus 4`, one pool of 64 GPUs shared by training and inference; rounds every
-  60 s (`--interval 60`), the inference scheduler in between. In its Aryl runs (`ARYL=1`) inference is
-  placed on the upper 8 nodes only and any training worker on a node that hosts inference is removed
-  (`aryl_remove`): inference is served first. We model exactly that split: 8 training servers plus 8
-  inference servers that lend every idle server (headroom 0, notice 0: a reclaim is immediate) after `hold`
-  (600 s) idle. Our tiresias runs on the same split and loan plan (the simulator returns the most recently
-  lent servers when a policy does not choose; DeepBoot's Tiresias instead loses `#inference` GPUs anywhere).
-- Inference: every task holds one GPU (`Job.__init__` forces `target_num_replicas = 1`) for its `duration`
-  plus a start-up delay (`APPLICATIONS_DELAY['infer-*']`, 4–8 s) and a keep-alive of 30–120 s after it
-  (ATS-I `PROTECT` state, `calculate_protect_time`); we add a fixed 36 s (`pod_overhead`). The load is
-  light: ≈ 0.3 GPUs busy on average, ≈ 2.3 with the keep-alive.
-- Training jobs: `num_replicas` and `batch_size` of the CSV. DeepBoot's Tiresias runs each job at exactly
-  `num_replicas` GPUs and its batch size (`target_num_replicas`, `target_batch_size`); its Aryl treats a job
-  as elastic between 0 (not running) and `num_replicas` (`get_afs_job_info`: `min_replicas=0`,
-  `max_replicas=target_num_replicas`) at the fixed batch size. So our lyra gets min 1, max = request
-  (`max_factor=1`), and our tiresias the request.
-- Restart cost: DeepBoot stalls a training job `APPLICATIONS_DELAY[app]` seconds on every reallocation
-  (bert 103, cifar10 24, ncf 25, deepspeech2 18, yolov3 26, imagenet 35); we use the same per-app figures.
-- Measure: DeepBoot's JCT is `completion_time − submission_time`; its `summary.json` `avgs` averages it over
-  training jobs and inference tasks together. The figures we compare with (Aryl 42,310 s, Tiresias 2,618 s,
-  peer-data README) are the averages over the 160 training jobs only; so is ours.
-- Job run times come from our Pollux-derived models, which DeepBoot's simulator shares (its
-  `applications.py` is Pollux's), so the figures are comparable but not identical.
+DeepBoot comparison: `loaning/deepboot.py` (`reproduce lyra-deepboot`, or `reproduce lyra --peer`).
 
 The simulator is injected (`Runner`): this package may not import `elastisched.sim` (DESIGN.md dependency
 rule), so the CLI passes a function that builds `SimConfig(seed, loans=LoanTimeline(plan.steps, ...))`.
@@ -70,12 +44,12 @@ from typing import Any
 import numpy as np
 
 from elastisched.core.types import NodeView, Pool
-from elastisched.loaning.demand import DAY, DemandSeries, diurnal, from_inference_tasks, low_stretches
+from elastisched.loaning.demand import DAY, diurnal, low_stretches
+from elastisched.loaning.figures import fig_cdfs, fig_loans
 from elastisched.loaning.timeline import LoanPlan, loan_plan
 from elastisched.models.registry import PerfModels
 from elastisched.policies import lyra as _lyra_policy  # noqa: F401  (registers "lyra" for make_policy)
 from elastisched.policies.base import Policy, make_policy
-from elastisched.workloads import load_workload
 from elastisched.workloads.schema import Workload
 from elastisched.workloads.traces import load_raw_trace
 
@@ -174,75 +148,6 @@ def _lyra(**opts: Any) -> Policy:
     return make_policy("lyra", **opts)
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _fig_loans(path: Path, runs: dict[str, Any], plan: LoanPlan, demand: DemandSeries | None = None) -> None:
-    """Inference utilisation and loanable servers; servers on loan and reclaimed in the lyra run; busy GPUs."""
-    plt = _plt()
-    fig, ax = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
-    t = np.array([s[0] for s in plan.steps]) / 3600
-    if demand is not None:
-        ax[0].step(np.array(demand.times) / 3600, np.array(demand.busy) / demand.servers, where="post",
-                   lw=0.6, color="tab:red", label="inference utilisation")
-        ax[0].axhline(0.4, ls=":", color="grey", lw=0.8)
-        ax[0].set_ylabel("utilisation")
-        tw = ax[0].twinx()
-        tw.step(t, [s[1] for s in plan.steps], where="post", lw=0.6, label="loanable servers")
-        tw.set_ylabel("loanable servers")
-    else:
-        ax[0].step(t, [s[1] for s in plan.steps], where="post", label="loanable servers")
-        ax[0].set_ylabel("loanable servers")
-    ax[0].legend(fontsize=7, loc="upper left")
-    for name, res in runs.items():
-        if name == "baseline":
-            continue
-        tl = res.timeline
-        ax[1].step(tl["t"] / 3600, tl["loaned_servers"], where="post", lw=0.7, label=f"{name}: on loan")
-        rc = getattr(res, "reclaims", None) or []
-        if rc:
-            ax[1].vlines([r["time"] / 3600 for r in rc], 0, [-len(r["servers"]) for r in rc], color="tab:red",
-                         lw=0.6, label=f"{name}: reclaimed (down)")
-    ax[1].set_ylabel("servers")
-    ax[1].legend(fontsize=7, loc="upper left")
-    for name, res in runs.items():
-        tl = res.timeline
-        ax[2].step(tl["t"] / 3600, tl["busy_gpus"], where="post", label=name, lw=0.7)
-    ax[2].set_ylabel("busy GPUs")
-    ax[2].set_xlim(0, 1.05 * max(float(r.summary["makespan"]) for r in runs.values()) / 3600)
-    ax[2].set_xlabel("hours")
-    ax[2].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _fig_cdfs(path: Path, runs: dict[str, Any], marks: dict[str, float] | None = None) -> None:
-    """Per-run CDFs of queuing delay and JCT (log x); `marks` draws vertical reference lines on the JCT axis."""
-    plt = _plt()
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-    for name, res in runs.items():
-        for a, col in zip(ax, ("queue", "jct"), strict=True):
-            x = np.sort(res.jobs[col].to_numpy(float).clip(min=1.0))
-            a.step(x, np.arange(1, len(x) + 1) / max(len(x), 1), where="post", lw=0.9, label=name)
-    for label, v in (marks or {}).items():
-        ax[1].axvline(v, ls="--", color="grey", lw=0.8, label=label)
-    for a, col in zip(ax, ("queuing delay (s)", "JCT (s)"), strict=True):
-        a.set_xscale("log")
-        a.set_xlabel(col)
-        a.set_ylabel("fraction of jobs")
-        a.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def busy_gpu_hours(res: Any, horizon: float) -> tuple[float, float, float]:
     """(busy GPU-hours, available GPU-hours, loaned-server hours) over [0, horizon) from the run's timeline."""
     tl = res.timeline
@@ -253,95 +158,11 @@ def busy_gpu_hours(res: Any, horizon: float) -> tuple[float, float, float]:
             float(np.sum(dt * tl["loaned_servers"].to_numpy(float))) / 3600)
 
 
-def _summary(res: Any) -> dict[str, Any]:
+def run_summary(res: Any) -> dict[str, Any]:
     keys = ("avg_jct", "median_jct", "p95_jct", "avg_queue", "p95_queue", "makespan", "gpu_utilization",
             "restarts", "preemptions", "reclaims", "reclaim_preemptions", "n_finished", "n_jobs",
             "decision_ms_p50", "decision_ms_p99", "wall_seconds")
     return {k: res.summary.get(k) for k in keys}
-
-
-#: DeepBoot's per-application restart delay (its `applications.py` `APPLICATIONS_DELAY`, seconds), paid on
-#: every reallocation of a training job in its simulator.
-DEEPBOOT_RESTART = {"bert": 103.0, "cifar10": 24.0, "ncf": 25.0, "deepspeech2": 18.0, "yolov3": 26.0,
-                    "imagenet": 35.0}
-#: Training jobs' average JCT on `small.csv` measured with DeepBoot's simulator (peer-data README).
-DEEPBOOT_FIGURES = {"aryl": 42310.0, "tiresias": 2618.0}
-
-
-@dataclass(frozen=True)
-class DeepBootSetup:
-    """DeepBoot's `16node-4gpu/small` set-up in our terms (module docstring, "DeepBoot comparison")."""
-
-    servers: int = 16
-    gpus_per_server: int = 4
-    inference_servers: int = 8  # the upper half, where DeepBoot's Aryl mode places inference
-    pod_overhead: float = 36.0  # start-up (4–8 s) + first keep-alive (30 s) per inference task
-    hold: float = 600.0
-    notice: float = 0.0
-    headroom: int = 0
-    min_request: bool = False  # True: min_gpus = request (our earlier reading); False: min 1 (DeepBoot's)
-    max_factor: int = 1  # max_gpus = max_factor × request (DeepBoot: the request is the max)
-    deepboot_restart: bool = True  # DeepBoot's per-app restart delays instead of our models' own
-    seed: int = 0
-    policies: tuple[str, ...] = ("lyra", "tiresias", "lyra_jct_value")
-
-
-def deepboot_compare(run: Runner, path: Path, setup: DeepBootSetup = DeepBootSetup(),
-                     out: Path | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Training jobs' average JCT of our lyra and our tiresias on DeepBoot's workload and set-up, beside the
-    figures DeepBoot's simulator measured (module docstring). Writes `deepboot.json`, `deepboot_cdf.png` and
-    `deepboot_loans.png` into `out`."""
-    from elastisched.models.profiles import load_pollux_bundled
-
-    models = (PerfModels(load_pollux_bundled(), restart_cost=DEEPBOOT_RESTART) if setup.deepboot_restart
-              else PerfModels.load())
-    wl = load_workload(str(path), models)
-    g = setup.gpus_per_server
-    train_servers = setup.servers - setup.inference_servers
-    elastic = make_elastic(wl, 1.0, setup.max_factor, setup.seed,
-                           (lambda n: n) if setup.min_request else (lambda n: 1))
-    demand = from_inference_tasks(wl.inference, servers=setup.inference_servers, gpus_per_server=g,
-                                  overhead=setup.pod_overhead, gpus_per_task=1)
-    plan = loan_plan(demand, gpus_per_server=g, hold=setup.hold, notice=setup.notice, headroom=setup.headroom)
-    nodes = nodes_of(train_servers * g, g)
-    makers: dict[str, Callable[[], tuple[Workload, Policy]]] = {
-        "lyra": lambda: (elastic, _lyra()),
-        "lyra_jct_value": lambda: (elastic, _lyra(value="jct")),
-        "lyra_inelastic": lambda: (wl, _lyra(elastic_scaling=False)),
-        "tiresias": lambda: (wl, make_policy("tiresias")),
-        "fifo": lambda: (wl, make_policy("fifo")),
-    }
-    runs: dict[str, Any] = {}
-    for name in setup.policies:
-        log(f"deepboot: running {name}")
-        w, pol = makers[name]()
-        runs[name] = run(w, pol, nodes, models, plan, setup.seed)
-    horizon = max(float(r.summary["makespan"]) for r in runs.values())
-    result: dict[str, Any] = {
-        "workload": str(path), "setup": dataclasses.asdict(setup),
-        "training_servers": train_servers, "inference_servers": setup.inference_servers,
-        "restart_cost_s": DEEPBOOT_RESTART if setup.deepboot_restart else "models' own",
-        "inference": {"tasks": len(wl.inference), "mean_busy_servers": demand.mean_utilisation(until=horizon)
-                      * setup.inference_servers,
-                      "loaned_server_hours": plan.loaned_server_seconds(horizon) / 3600,
-                      "reclaim_events": len([r for r in plan.reclaims() if r[0] < horizon])},
-        "training_jobs": len(wl.jobs),
-        "avg_jct_training": {k: float(v.jobs["jct"].mean()) for k, v in runs.items()},
-        "deepboot_figures": {f"deepboot_{k}": v for k, v in DEEPBOOT_FIGURES.items()},
-        "runs": {k: _summary(v) for k, v in runs.items()},
-    }
-    if "lyra" in runs:
-        ly = result["avg_jct_training"]["lyra"]
-        result["lyra_beats"] = {k: ly < v for k, v in DEEPBOOT_FIGURES.items()}
-        if "tiresias" in runs:
-            result["lyra_beats"]["our_tiresias"] = ly < result["avg_jct_training"]["tiresias"]
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "deepboot.json").write_text(json.dumps(result, indent=2, default=float))
-        _fig_cdfs(out / "deepboot_cdf.png", runs, {"DeepBoot Tiresias avg": DEEPBOOT_FIGURES["tiresias"]})
-        if "lyra" in runs:
-            _fig_loans(out / "deepboot_loans.png", {"lyra": runs["lyra"]}, plan, demand)
-    return result
 
 
 def run_experiment(run: Runner, models: PerfModels, exp: LyraExperiment, out: Path,
@@ -403,17 +224,19 @@ def run_experiment(run: Runner, models: PerfModels, exp: LyraExperiment, out: Pa
                                   if k == "lyra" or k.startswith("lyra_")},
             "per_run_policy": {"lyra": sum(r["preempted"] for r in rl)}},
         "mckp_optimality": min((r["greedy"] / r["exact"] for r in mk), default=1.0), "mckp_rounds_checked": len(mk),
-        "runs": {k: _summary(v) for k, v in runs.items()},
+        "runs": {k: run_summary(v) for k, v in runs.items()},
     }
     for name, pol, _ in configs:
         if name.startswith("lyra_"):
             result["preemptions"]["per_run_policy"][name] = sum(r["preempted"] for r in pol.reclaim_log)  # type: ignore[attr-defined]
     if peer is not None and peer.exists():
         log("running the DeepBoot peer workload")
+        from elastisched.loaning.deepboot import DeepBootSetup, deepboot_compare  # it imports this module
+
         result["deepboot_peer"] = deepboot_compare(run, peer, DeepBootSetup(seed=exp.seed), out, log)
     (out / "lyra.json").write_text(json.dumps(result, indent=2, default=float))
-    _fig_loans(out / "loans.png", {k: runs[k] for k in ("baseline", "lyra")}, plan, demand)
-    _fig_cdfs(out / "cdf.png", runs)
+    fig_loans(out / "loans.png", {k: runs[k] for k in ("baseline", "lyra")}, plan, demand)
+    fig_cdfs(out / "cdf.png", runs)
     rows = "".join(f"<tr><td>{k}</td>" + "".join(f"<td>{v:.4g}</td>" if isinstance(v, float) else f"<td>{v}</td>"
                                                   for v in s.values()) + "</tr>" for k, s in result["runs"].items())
     head = "".join(f"<th>{k}</th>" for k in next(iter(result["runs"].values())))
@@ -429,7 +252,8 @@ def run_experiment(run: Runner, models: PerfModels, exp: LyraExperiment, out: Pa
 
 
 def register(app: Any, runner: Runner | None = None) -> None:
-    """Add the `lyra` command to a Typer app (the `reproduce` sub-command); `runner` drives the simulator."""
+    """Add the `lyra` and `lyra-deepboot` commands to a Typer app (the `reproduce` sub-command); `runner`
+    drives the simulator."""
     import typer
 
     @app.command("lyra")
@@ -452,22 +276,6 @@ def register(app: Any, runner: Runner | None = None) -> None:
         typer.echo(json.dumps({k: res[k] for k in ("queue_reduction", "jct_reduction", "gpu_usage_gain",
                                                    "baseline_avg_queue", "mckp_optimality")}, indent=2))
 
-    @app.command("lyra-deepboot")
-    def lyra_deepboot_cmd(
-            workload: Path = typer.Option(..., "--workload", help="DeepBoot workload CSV (peer-data/deepboot/"
-                                                                    "workload/small.csv)"),
-            out: Path = typer.Option(Path("results/lyra-deepboot"), "--out", help="output folder"),
-            seed: int = typer.Option(0),
-            hold: float = typer.Option(600.0, help="seconds an inference server must be idle before it is lent"),
-            min_request: bool = typer.Option(False, help="elastic min = request (default: 1, DeepBoot's Aryl)"),
-            max_factor: int = typer.Option(1, help="elastic max = factor × request (DeepBoot's Aryl: 1)"),
-            models_restart: bool = typer.Option(False, help="our models' restart costs, not DeepBoot's delays"),
-    ) -> None:
-        """Our lyra and tiresias on DeepBoot's workload and 16×4 set-up beside DeepBoot's figures (deepboot.json)."""
-        if runner is None:
-            raise typer.BadParameter("no simulator runner was registered with this command")
-        setup = DeepBootSetup(seed=seed, hold=hold, min_request=min_request, max_factor=max_factor,
-                              deepboot_restart=not models_restart)
-        res = deepboot_compare(runner, workload, setup, out, log=typer.echo)
-        typer.echo(json.dumps({"avg_jct_training": res["avg_jct_training"], "deepboot": res["deepboot_figures"],
-                               "lyra_beats": res.get("lyra_beats")}, indent=2))
+    from elastisched.loaning.deepboot import register as register_deepboot  # it imports this module
+
+    register_deepboot(app, runner)
