@@ -8,7 +8,6 @@ and wake the loop, so a slow checkpoint never blocks a request.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import threading
@@ -34,6 +33,7 @@ from elastisched.core.types import (
 )
 from elastisched.engine.loop import Engine
 from elastisched.policies.base import Policy, PolicyContext, make_policy
+from elastisched.service.progress import ProgressTracker
 from elastisched.service.store import TERMINAL, Store
 
 log = logging.getLogger("elastisched.service")
@@ -107,13 +107,7 @@ class Service:
         self._requests: list[dict[str, Any]] = []
         self._perf: Any = None
         self.profiles_dir = profiles_dir
-        # Engine-owned progress of each job with a profiled application, in the models' units (reference
-        # steps): [progress, wall time it refers to]; integrated from the models' goodput while the job runs
-        # (no progress during the restart cost after each generation starts), reset to measured values when
-        # the job's hints arrive. `_started`: wall time each job's current generation started.
-        self._progress: dict[str, list[float]] = {}
-        self._started: dict[str, tuple[float, bool]] = {}
-        self._observed: dict[str, dict[int, float]] = {}
+        self.progress = ProgressTracker()  # engine-owned progress of jobs with a profiled application
         self._nodes: tuple[tuple[tuple[str, str, int], ...], tuple[NodeView, ...]] | None = None
         self._apps: set[str] | None = None
         self._dirty = True
@@ -224,29 +218,7 @@ class Service:
         return ClusterSnapshot(now, nodes, jobs, reclaim_demand)
 
     def with_progress(self, snap: ClusterSnapshot, perf: Any) -> ClusterSnapshot:
-        """The snapshot with progress, total work and epoch of every job (what the simulator's views carry),
-        from the models and the jobs' hints; needed by policies that predict remaining time (Lyra, SRTF)."""
-        now = time.time()
-        gtype = {n.node_id: n.gpu_type for n in snap.nodes}
-        jobs: dict[str, JobView] = {}
-        for jid, v in snap.jobs.items():
-            app = perf.app(v.spec.application)
-            total = app.total_work * v.spec.work_scale
-            place = v.allocation.placement
-            began, adopted = self._started.get(jid, (now, True))
-            st = self._progress.setdefault(jid, [0.0, began if place else now])
-            if place and now > st[1]:
-                t0 = max(st[1], began if adopted else began + app.restart_cost)
-                if now > t0 and place[0][0] in gtype:
-                    cfg = app.batch_config(v.allocation.gpus, v.allocation.batch_size or v.spec.batch_size)
-                    epoch = app.epoch_at(st[0], v.spec.work_scale)
-                    rate = app.goodput(gtype[place[0][0]], tuple(k for _, k in place), cfg, epoch)
-                    st[0] = min(total, st[0] + rate * (now - t0))
-            st[1] = now
-            jobs[jid] = dataclasses.replace(
-                v, progress=st[0], total_work=total, epoch=min(app.epoch_at(st[0], v.spec.work_scale), app.max_epochs),
-                observed_throughput=dict(self._observed.get(jid, {})))
-        return ClusterSnapshot(snap.now, snap.nodes, jobs, snap.reclaim_demand)
+        return self.progress.with_progress(snap, perf)
 
     def _round(self, reclaims: list[dict[str, Any]]) -> None:
         nodes = self.nodes()
@@ -418,10 +390,10 @@ class Service:
             if row is None or row["state"] in TERMINAL:
                 continue
             if isinstance(e, JobHints):
-                self._hinted(e, row)
+                self.progress.hinted(e, row, self._perf)
                 continue
             if isinstance(e, JobStarted):
-                self._started[e.job_id] = (e.time, e.adopted)
+                self.progress.generation_started(e.job_id, e.time, e.adopted)
                 self.store.update_job(e.job_id, state="RUNNING", reason=None,
                                       start_time=row["start_time"] or time.time())
             elif isinstance(e, JobRetried):
@@ -437,19 +409,6 @@ class Service:
                                           message=e.reason)
                     self.store.add_event(e.job_id, "failed", {"reason": e.reason}, conn=c)
                 self._forget(e.job_id)
-
-    def _hinted(self, h: JobHints, row: dict[str, Any]) -> None:
-        """Measured progress from a job's hints replaces the models' estimate (steps × the models' gain at
-        the job's batch); the measured throughput goes to `JobView.observed_throughput`."""
-        if h.throughput:
-            self._observed.setdefault(h.job_id, {})[h.world_size] = float(h.throughput)
-        app_name = (row.get("spec") or {}).get("application")
-        if self._perf is None or not app_name or app_name not in self._perf:
-            return
-        app = self._perf.app(app_name)
-        batch = h.global_batch or int(row.get("batch_size") or app.init_batch_size)
-        epoch = app.epoch_at(self._progress.get(h.job_id, [0.0])[0], float(row["spec"].get("work_scale") or 1.0))
-        self._progress[h.job_id] = [h.step * app.efficiency.gain(batch, epoch), h.time]
 
     def _perf_for(self, snap: ClusterSnapshot) -> Any:
         """The measured models when every job names a profiled application (`application` at submit), else
@@ -475,7 +434,8 @@ class Service:
         return self._apps
 
     def _forget(self, job_id: str) -> None:
-        for d in (self._progress, self._started, self._observed, self._views, self._attained):
+        self.progress.forget(job_id)
+        for d in (self._views, self._attained):
             d.pop(job_id, None)  # type: ignore[attr-defined]
         self._specs.pop(job_id, None)
         self._reasons.pop(job_id, None)
