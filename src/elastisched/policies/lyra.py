@@ -30,8 +30,8 @@ Readings (written down as the design asks):
   of jobs in the system over the arrival rate; Σ 1/T_j is the rate at which the current jobs complete, so
   maximising it each round is the greedy for the fewest jobs in the system. The plain reduction instead
   hands extras to the longest jobs (DeepBoot's Aryl reimplementation, whose value grows with run time,
-  measured 42,310 s on its `small.csv`); on that workload our lyra measured 4,743 s with `"jct"` and
-  2,531 s with `"rate"` (docs/lyra.md); on the Philly reproduction, with colocation, within 1 % of each other.
+  measured 42,310 s on its `small.csv`); on that workload our lyra measured 4,692 s with `"jct"` and
+  2,495 s with `"rate"` (docs/lyra.md); on the Philly reproduction, with colocation, within 1 % of each other.
   `T_eff(k) = T(b+k) + rescale_penalty × restart_cost` when k differs from a running job's current extras.
 - Colocation (`colocate`, default on; lyra.md §2.3 says extras go "preferably" to loaned servers, [P]):
   extras first fill free GPUs on the server that already holds most of the job's GPUs, and the prediction
@@ -41,7 +41,8 @@ Readings (written down as the design asks):
   their own. Reason: on T4 a sub-server job whose extras sit on another server is often *slower* than without
   them (cifar10 with 1 + 2 GPUs on two servers: 0.81× one GPU; 1.81× with 3 on one), so without this most
   1-GPU elastic jobs of the Philly trace never grow. Extras on a training server are never reclaimed, so the
-  reclaim cost is unchanged; phase 1 takes their GPUs back when a base needs them.
+  reclaim cost is unchanged; when new bases of the type contend for training servers, a resized job's
+  kept extras are placed after them (`loaning.placement`).
 - A job's base takes a GPU type that training servers have when it fits there (loaned servers of another
   type, e.g. T4 beside V100 training servers, take bases only when it does not).
 - A worker is one GPU. Elastic growth stops at `max_gpus` and at `batch_size // min_local_bsz` GPUs (beyond
