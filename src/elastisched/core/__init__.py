@@ -20,6 +20,7 @@ from elastisched.core.types import (
     JobView,
     NodeId,
     NodeView,
+    PendingReason,
     Pool,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "JobView",
     "NodeId",
     "NodeView",
+    "PendingReason",
     "Pool",
     "SimClock",
     "UnknownPolicyError",

@@ -30,6 +30,23 @@ class Pool(StrEnum):
     LOANABLE = "loanable"
 
 
+class PendingReason(StrEnum):
+    """Why a job is not running: one vocabulary for `Decision.reasons`, the store, `ls`, the API, the dashboard
+    and `jobs.csv` (Slurm's reason codes where one fits). A StrEnum, so it compares equal to its text."""
+
+    PRIORITY = "Priority"  # waits behind jobs of higher priority (the default when a policy gives none)
+    RESOURCES = "Resources"  # not enough free GPUs (of a type it may use) now
+    PLACEMENT = "Placement"  # enough GPUs in total, but not on nodes that fit its shape
+    NOT_SELECTED = "NotSelected"  # an elastic search (ONES, Pollux, Sia) chose other jobs this round
+    THROTTLED = "Throttled"  # rate limit on schedule changes (ONES's δ clock)
+    GPU_TYPE = "GpuType"  # the GPUs offered are of a type the job may not use
+    NO_PROFILE = "NoProfile"  # the policy needs a performance model the job's application lacks
+    INFEASIBLE = "Infeasible"  # can never fit the cluster as it is now (more GPUs / a type it lacks)
+    PREEMPTED = "Preempted"  # stopped by the scheduler (checkpointed), queued again
+    HELD = "Held"  # suspended by its user
+    RESIZE_PENDING = "ResizePending"  # an admin resize that does not fit yet
+
+
 class JobPhase(StrEnum):
     """Life cycle (AdaptDL phases plus Slurm's RESIZING)."""
 
@@ -139,6 +156,9 @@ class JobView:
     batch_size: int = 0  # current global batch (0 when not running)
     observed_throughput: Mapping[int, float] = field(default_factory=_empty, compare=False)
     samples_done: float = 0.0  # training samples actually processed, up to `updated_at` (restarts excluded)
+    # this job's own performance model (a `models.application.Application`), None when its application has no
+    # profile: the policy then uses its model-free fallback for this job alone (AdaptDL: a speedup fn per job)
+    model: Any = field(default=None, compare=False)
 
     @property
     def job_id(self) -> JobId:
@@ -223,7 +243,7 @@ class Decision:
     """
 
     allocations: Mapping[JobId, Allocation]
-    reasons: Mapping[JobId, str] = field(default_factory=_empty)
+    reasons: Mapping[JobId, PendingReason] = field(default_factory=_empty)
     reclaim: tuple[NodeId, ...] = ()
     next_round_at: float | None = None
 
