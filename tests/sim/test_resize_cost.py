@@ -12,7 +12,8 @@ from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpe
 from elastisched.models import PerfModels
 from elastisched.policies.base import Policy, PolicyContext, make_policy
 from elastisched.sim import SimConfig, simulate
-from elastisched.sim.simulator import Simulator, _keeps_gpus
+from elastisched.engine.jobstate import keeps_gpus as _keeps_gpus
+from elastisched.sim.simulator import Simulator
 from elastisched.workloads.schema import Workload
 
 
