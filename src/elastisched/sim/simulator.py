@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
