@@ -137,7 +137,8 @@ def test_user_suspend_holds_the_job_until_resume() -> None:
 
 
 def test_held_time_is_not_attained_service() -> None:
-    """A job suspended by the user for 950 s resumes with the service it had, not 950 GPU-seconds more."""
+    """A job suspended by the user for 950 s resumes with the service it had, not 950 GPU-seconds more.
+    Service counts from the launch action (t = 0), as in the simulator: the engine's JobState rule."""
     from elastisched.core.clock import SimClock
 
     svc, store, _ = _svc()
@@ -151,11 +152,11 @@ def test_held_time_is_not_attained_service() -> None:
     clock.advance_to(50.0)
     store.request_hold(a, True)
     svc.wake()
-    svc.step()  # held at t = 50 after 40 s on 1 GPU that the engine saw
+    svc.step()  # held at t = 50 after 50 s on 1 GPU
     clock.advance_to(1000.0)
     store.request_hold(a, False)
     svc.wake()
     svc.step()
     view = svc.snapshot(svc.nodes()).jobs[a]
-    assert view.attained_service == pytest.approx(40.0, abs=1e-6)
-    assert view.run_time == pytest.approx(40.0, abs=1e-6)
+    assert view.attained_service == pytest.approx(50.0, abs=1e-6)
+    assert view.run_time == pytest.approx(50.0, abs=1e-6)

@@ -80,6 +80,7 @@ class JobState:
     start_time: float | None = None
     end_time: float | None = None
     failed: bool = False  # ended by a failure, not by finishing its work
+    modelled: bool = False  # the model covers the running configuration (it has a profile of that GPU type)
     reason: str | None = None  # last pending reason a decision gave it (a `PendingReason` value)
     last_resize: float | None = None
     launches: int = 0
@@ -122,7 +123,7 @@ class JobState:
             self.run_time += dt
             self.gpu_seconds_by_type[self.gpu_type] = self.gpu_seconds_by_type.get(self.gpu_type, 0.0) + dt * g
             self.samples += self.samples_per_s * max(0.0, t - max(self.updated, self.restart_until))
-            if self.app is None:  # no model: progress only from measurements
+            if not self.modelled:  # no model of this configuration: progress only from measurements
                 self.updated = t
                 self.view = None
                 return
@@ -157,9 +158,11 @@ class JobState:
         self.rates = None
         if not alloc.placement:
             self.allocation, self.cfg, self.shape, self.samples_per_s = NO_ALLOCATION, None, (), 0.0
+            self.modelled = False
             return
         app = self.app
-        self.gpu_type = running_type(app, types) if app is not None else min(types)
+        known = app is not None and all(t in app.profile.throughput for t in types)
+        self.gpu_type = running_type(app, types) if known and app is not None else min(types)
         self.shape = tuple(g for _, g in alloc.placement)
         gpus = alloc.gpus
         batch = alloc.batch_size or self.spec.batch_size
@@ -174,12 +177,15 @@ class JobState:
             self.start_time = now
         else:
             self.last_resize = now
+        self.modelled = known
+        self.samples_per_s = 0.0
         if app is None:
             self.cfg = None
             return
         self.cfg = app.batch_config(gpus, batch)
-        self.samples_per_s, self.rates = allocation_rates(app, self.gpu_type, self.shape, self.cfg)
-        self.observed[gpus] = self.samples_per_s
+        if self.modelled:
+            self.samples_per_s, self.rates = allocation_rates(app, self.gpu_type, self.shape, self.cfg)
+            self.observed[gpus] = self.samples_per_s
 
     def measured(self, steps: float, batch: int, t: float) -> None:
         """Measured progress (optimizer steps at global batch `batch`, at time `t`) replaces the estimate."""
@@ -193,7 +199,7 @@ class JobState:
 
     def finish_time(self) -> float:
         """When the job completes if nothing changes (INF when not running or without a model)."""
-        if not self.allocation.gpus or self.app is None:
+        if not self.allocation.gpus or not self.modelled:
             return INF
         now = max(self.updated, self.restart_until)
         e = self.epoch
