@@ -26,7 +26,7 @@ from typing import Any
 
 from elastisched.backends.base import BackendEvent, JobHints, JobRetried, JobStarted
 from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
-from elastisched.core.types import Allocation, NodeView
+from elastisched.core.types import Allocation, JobPhase, NodeView
 from elastisched.service.store import Store
 from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, worker_envs
 
@@ -220,7 +220,7 @@ class LocalBackend:
             self.store.add_generation(c, job_id, gen, cause=cause, placement=placement, batch_size=batch, port=port)
             self.store.update_job(job_id, conn=c, generation=gen, placement=placement, batch_size=batch,
                                   restarts=int(job["restarts"]) + (cause != "launch"),
-                                  state="STARTING" if cause == "launch" else "RESIZING")
+                                  state=JobPhase.RESTARTING.value)
             self.store.add_event(job_id, cause, {"generation": gen, "placement": placement, "batch_size": batch},
                                  conn=c)
         jd = self.job_dir(job_id)
