@@ -30,8 +30,9 @@ from elastisched.engine.loop import RoundResult
 from elastisched.models import PerfModels
 from elastisched.policies.base import Policy, make_policy
 from elastisched.policies.fifo import FifoPolicy
-from elastisched.service.daemon import Service, job_spec
+from elastisched.service.daemon import Service
 from elastisched.service.store import Store
+from elastisched.service.submission import job_spec
 from elastisched.sim import LoanTimeline, SimConfig, Simulator
 from elastisched.workloads.schema import Workload
 
@@ -106,22 +107,17 @@ def run_sim(models: PerfModels, policy: str) -> tuple[list[Summary], dict[str, f
 
 
 class InstantBackend:
-    """Launches and resizes take effect at once (the store gets the placement, as a real backend records its
-    generation); finishing and failing happen when the script says."""
+    """Launches and resizes take effect at once; finishing and failing happen when the script says."""
 
-    def __init__(self, store: Store, clock: SimClock) -> None:
-        self.store, self.clock = store, clock
+    def __init__(self, clock: SimClock) -> None:
+        self.clock = clock
         self.events: list[BackendEvent] = []
 
     def apply(self, actions: Sequence[Action]) -> None:
         for a in actions:
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
-                row = self.store.get_job(a.job_id)
-                assert row is not None
-                self.store.update_job(a.job_id, placement=[list(p) for p in a.allocation.placement],
-                                      generation=row["generation"] + 1, state="RUNNING",
-                                      restarts=row["restarts"] + (a.kind is ActionKind.RESIZE))
-                self.events.append(JobStarted(self.clock.now(), a.job_id, row["generation"] + 1))
+                assert a.launch is not None
+                self.events.append(JobStarted(self.clock.now(), a.job_id, a.launch.generation))
 
     def cancel(self, job_id: str) -> None:
         pass
@@ -130,7 +126,7 @@ class InstantBackend:
         out, self.events = self.events, []
         return out
 
-    def recover(self) -> list[BackendEvent]:
+    def recover(self, generations: object = ()) -> list[BackendEvent]:
         return []
 
     def close(self) -> None:
@@ -141,7 +137,7 @@ def run_live(models: PerfModels, policy: str, times: Sequence[float], ends: dict
     store = Store("sqlite://")
     store.set_meta("epoch", 0.0)  # service time = store time: submission times compare exactly
     clock = SimClock()
-    be = InstantBackend(store, clock)
+    be = InstantBackend(clock)
     svc = Service(store, NODES, be, _policy(policy), tick_s=0.0, clock=clock, models=models)
     rounds: list[Summary] = []
     svc.on_round = lambda s, r: rounds.append(_summary(s, r))

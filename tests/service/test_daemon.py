@@ -15,7 +15,8 @@ from elastisched.service.store import Store
 
 
 class RecordingBackend:
-    """Applies actions to the store like a backend would, and checks they were persisted first."""
+    """Records actions, checks they were persisted first (decision, action, planned generation) and reports
+    workers started, as a backend would; like every backend it never writes the store."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -29,11 +30,11 @@ class RecordingBackend:
             assert any(e["job_id"] == a.job_id and e["data"]["kind"] == a.kind.value for e in logged), a
             self.applied.append(a)
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
-                job = self.store.get_job(a.job_id)
-                assert job is not None
-                self.store.update_job(a.job_id, placement=[list(p) for p in a.allocation.placement],
-                                      generation=job["generation"] + 1)
-                self.events.append(JobStarted(time.time(), a.job_id, job["generation"] + 1))
+                assert a.launch is not None  # the action carries its launch spec: a backend never reads the store
+                gen = self.store.generations(a.job_id)[-1]
+                assert (gen["generation"], gen["state"], gen["token"]) == (a.launch.generation, "PLANNED",
+                                                                           a.launch.token)  # persisted first
+                self.events.append(JobStarted(time.time(), a.job_id, a.launch.generation))
 
     def cancel(self, job_id: str) -> None:
         self.cancelled.append(job_id)
@@ -42,7 +43,7 @@ class RecordingBackend:
         out, self.events = self.events, []
         return out
 
-    def recover(self) -> list[BackendEvent]:
+    def recover(self, generations: object = ()) -> list[BackendEvent]:
         return []
 
     def close(self) -> None:

@@ -8,7 +8,6 @@ and wake the loop, so a slow checkpoint never blocks a request.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -17,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.backends.base import Backend, BackendEvent, JobHints, JobRetried, JobStarted
+from elastisched.backends.base import Backend, BackendEvent, GenerationEnded, JobHints, JobStarted
 from elastisched.core.clock import Clock, WallClock
-from elastisched.core.errors import UnknownPolicyError
 from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
 from elastisched.core.types import (
     NO_ALLOCATION,
     Allocation,
     ClusterSnapshot,
+    JobPhase,
     JobSpec,
     JobView,
     NodeView,
@@ -32,54 +31,15 @@ from elastisched.core.types import (
     Pool,
 )
 from elastisched.engine.loop import Engine, RoundResult
-from elastisched.engine.reclaim import admin_resize, pin
+from elastisched.engine.reclaim import admin_resize
 from elastisched.models.application import Application
-from elastisched.policies.base import Policy, PolicyContext, make_policy
+from elastisched.policies.base import Policy, PolicyContext
+from elastisched.service.launches import Launches
 from elastisched.service.progress import LiveJobs
 from elastisched.service.store import TERMINAL, Store
+from elastisched.service.submission import job_spec, placement, policy_named, stored_reason
 
 log = logging.getLogger("elastisched.service")
-
-
-def _placement(p: Sequence[Sequence[Any]]) -> tuple[tuple[str, int], ...]:
-    return tuple((str(n), int(k)) for n, k in p)
-
-
-def job_spec(job_id: str, name: str, submit_time: float, s: dict[str, Any], resize_to: int | None = None) -> JobSpec:
-    """The one conversion of a stored submission (the spec dict the API wrote) into the JobSpec a policy sees;
-    the simulator's drift twin builds its jobs with it too. No defaults of its own beyond the request's: no
-    duration stays None (a policy's model-free fallback owns that default). An admin resize pins the size."""
-    n = int(s["num_gpus"])
-    spec = JobSpec(job_id=job_id, submit_time=submit_time, application=str(s.get("application") or name),
-                   num_gpus=n, batch_size=int(s.get("batch_size") or 1), min_gpus=int(s.get("min_gpus") or n),
-                   max_gpus=int(s.get("max_gpus") or n), elastic=bool(s.get("elastic")),
-                   gpu_types=tuple(s.get("gpu_types") or ()), work_scale=float(s.get("work_scale") or 1.0),
-                   duration=float(s["duration"]) if s.get("duration") else None)
-    return pin(spec, int(resize_to)) if resize_to else spec
-
-
-def _make_policy(name: str) -> Policy:
-    """A registered policy; a policy module not yet imported by `elastisched.policies` is imported by name."""
-    try:
-        return make_policy(name)
-    except UnknownPolicyError:
-        if not name.isidentifier():
-            raise
-        try:
-            importlib.import_module(f"elastisched.policies.{name}")
-        except ImportError:
-            raise UnknownPolicyError(f"unknown policy {name!r}") from None
-        return make_policy(name)
-
-
-def _reason(why: Any) -> str:
-    """A pending reason as stored: a `PendingReason` value (none given: Priority, as in Slurm)."""
-    if why is None:
-        return PendingReason.PRIORITY.value
-    try:
-        return PendingReason(why).value
-    except ValueError:  # a policy not yet on the typed vocabulary: its text, unchanged
-        return str(why)
 
 
 class Service:
@@ -87,11 +47,12 @@ class Service:
 
     def __init__(self, store: Store, nodes: tuple[NodeView, ...], backend: Backend, policy: str | Policy = "fifo",
                  *, tick_s: float = 0.5, seed: int = 0, profiles_dir: str | None = None,
-                 clock: Clock | None = None, models: Any = None) -> None:
+                 clock: Clock | None = None, models: Any = None, max_retries: int = 2) -> None:
         self.store = store
+        self.launches = Launches(store, max_retries)  # generations: planned before, recorded after the backend
         self.base_nodes = nodes
         self.backend = backend
-        self.policy = _make_policy(policy) if isinstance(policy, str) else policy
+        self.policy = policy_named(policy) if isinstance(policy, str) else policy
         self.policy_name = self.policy.name
         self.engine = Engine(self.policy, PolicyContext(perf=None, rng=np.random.default_rng(seed), seed=seed))
         self.tick_s = tick_s
@@ -128,7 +89,11 @@ class Service:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        self._handle(self.backend.recover())
+        try:  # a broken job or record must never keep the service from starting
+            self._handle(self.backend.recover(self.launches.records()))
+        except Exception as e:
+            self.last_error = f"recovery: {type(e).__name__}: {e}"
+            log.exception("recovery failed")
         self._thread = threading.Thread(target=self._run, name="elastisched-engine", daemon=True)
         self._thread.start()
 
@@ -209,7 +174,7 @@ class Service:
             if row["cancel_requested"] or row["held"]:
                 continue
             jid = row["id"]
-            place = _placement(row["placement"]) if row["placement"] else ()
+            place = placement(row["placement"]) if row["placement"] else ()
             st = self.jobs.sync(self._specs[jid][1], place, row["batch_size"], now, types, int(row["restarts"]))
             if fresh and place:
                 st.advance(now)
@@ -235,16 +200,15 @@ class Service:
         self.round_latency_s = res.latency_s
         if self.on_round is not None:
             self.on_round(snap, res)
-        actions = list(res.actions)
+        actions = self.launches.prepare(list(res.actions))
         returned = list(res.reclaim.servers) if res.reclaim is not None else []
-        reasons = {jid: _reason(res.decision.reasons.get(jid)) for jid, j in snap.jobs.items() if not j.is_running}
+        why = res.decision.reasons
+        reasons = {jid: stored_reason(why.get(jid)) for jid, j in snap.jobs.items() if not j.is_running}
         self._persist(snap, res, actions, returned, reasons)
-        self.backend.apply(actions)
-        types = {n.node_id: n.gpu_type for n in nodes}
         for a in actions:
-            self.jobs.applied(a, snap.now, types)
             if a.kind is ActionKind.SUSPEND:
                 self.store.update_job(a.job_id, state="SUSPENDED", placement=[], reason=PendingReason.PREEMPTED.value)
+        self._apply(actions, snap.now)
         if reclaims:
             with self.store.tx() as c:
                 t = time.time()
@@ -281,7 +245,9 @@ class Service:
         for row in self._requests:
             if row["cancel_requested"]:
                 if row["placement"]:
+                    self.launches.stopping(row["id"])
                     self.backend.cancel(row["id"])
+                    self._handle(self.backend.poll())
                 self.store.update_job(row["id"], state="CANCELLED", placement=[], end_time=time.time(),
                                       reason=None)
                 self._forget(row["id"])
@@ -293,12 +259,13 @@ class Service:
         stop = [r for r in self._requests if r["held"] and not r["cancel_requested"]
                 and (r["placement"] or r["state"] != "SUSPENDED")]
         for row in stop:
-            place = _placement(row["placement"])
+            place = placement(row["placement"])
             if place:
                 prev = Allocation(placement=place, batch_size=row["batch_size"])
                 self.store.add_event(row["id"], "action", {"kind": "suspend", "placement": [],
                                                            "previous": [list(p) for p in place], "user": True})
-                self.backend.apply([Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev)])
+                self.launches.stopping(row["id"])
+                self._apply([Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev)])
             self.store.update_job(row["id"], state="SUSPENDED", placement=[], reason=PendingReason.HELD.value)
             self._reasons.pop(row["id"], None)
             self.jobs.stop(row["id"], self.clock.now())  # the held time is not service
@@ -313,10 +280,10 @@ class Service:
         if not rows:
             return
         nodes = self.nodes()
-        types = {n.node_id: n.gpu_type for n in nodes}
         for row in rows:
             snap = self.snapshot(nodes)
             act = admin_resize(snap, row["id"], int(row["resize_to"]))
+            act = self.launches.plan(act) if act is not None else None
             if act is None:
                 self.store.update_job(row["id"], reason=PendingReason.RESIZE_PENDING.value,
                                       message=f"resize to {row['resize_to']} GPUs does not fit now")
@@ -324,36 +291,62 @@ class Service:
             self.store.add_event(row["id"], "action", {
                 "kind": "resize", "placement": [list(p) for p in act.allocation.placement],
                 "previous": [list(p) for p in act.previous.placement], "admin": True})
-            self.backend.apply([act])
-            self.jobs.applied(act, snap.now, types)
+            self._apply([act], snap.now)
             self._dirty = True
 
     # ------------------------------------------------------------------ events
+    def _apply(self, actions: Sequence[Action], now: float | None = None) -> None:
+        """Hand actions to the backend, apply them to the engine's bookkeeping (as the simulator does when
+        it applies them), then record at once what the backend reports (PIDs, generations stopped)."""
+        self.backend.apply(actions)
+        now = self.clock.now() if now is None else now
+        types = {n.node_id: n.gpu_type for n in self.nodes()}
+        for a in actions:
+            self.jobs.applied(a, now, types)
+        self._handle(self.backend.poll())
+
     def _handle(self, events: Sequence[BackendEvent]) -> None:
         for e in events:
-            row = self.store.get_job(e.job_id)
-            if row is None or row["state"] in TERMINAL:
-                continue
-            if isinstance(e, JobHints):
-                self.jobs.hinted(e, e.time - self.epoch, row)
-                continue
-            if isinstance(e, JobStarted):
-                self.jobs.generation_started(e.job_id, min(self.clock.now(), e.time - self.epoch), e.adopted)
-                self.store.update_job(e.job_id, state="RUNNING", reason=None,
-                                      start_time=row["start_time"] or time.time())
-            elif isinstance(e, JobRetried):
-                self.store.add_event(e.job_id, "retried", {"generation": e.generation, "reason": e.reason})
-            elif isinstance(e, JobFinished):
-                with self.store.tx() as c:
-                    self.store.update_job(e.job_id, conn=c, state="SUCCEEDED", placement=[], end_time=time.time())
-                    self.store.add_event(e.job_id, "finished", {}, conn=c)
-                self._forget(e.job_id)
-            elif isinstance(e, JobFailed):
-                with self.store.tx() as c:
-                    self.store.update_job(e.job_id, conn=c, state="FAILED", placement=[], end_time=time.time(),
-                                          message=e.reason)
-                    self.store.add_event(e.job_id, "failed", {"reason": e.reason}, conn=c)
-                self._forget(e.job_id)
+            try:
+                self._event(e)
+            except Exception as exc:  # one job's bad event must not stop the others (nor startup)
+                self.last_error = f"event {type(e).__name__} of {e.job_id}: {type(exc).__name__}: {exc}"
+                log.exception("handling %s failed", e)
+
+    def _event(self, e: BackendEvent) -> None:
+        row = self.store.get_job(e.job_id)
+        if isinstance(e, JobStarted):
+            self.launches.started(e)
+        elif isinstance(e, GenerationEnded) and row is not None:
+            out = self.launches.ended(e, row)
+            if out.note:
+                self.store.add_event(e.job_id, out.note, {"generation": e.generation, "reason": out.message})
+            if out.relaunch is not None:
+                self._apply([out.relaunch])
+            if out.job_state is not None and row["state"] not in TERMINAL:
+                self._end(e.job_id, out.job_state, out.message)
+            return
+        if row is None or row["state"] in TERMINAL:
+            return
+        if isinstance(e, JobHints):
+            self.jobs.hinted(e, e.time - self.epoch, row)
+        elif isinstance(e, JobStarted):
+            self.jobs.generation_started(e.job_id, min(self.clock.now(), e.time - self.epoch), e.adopted)
+            self.store.update_job(e.job_id, state=JobPhase.RUNNING.value, reason=None,
+                                  start_time=row["start_time"] or time.time())
+        elif isinstance(e, JobFinished):
+            self._end(e.job_id, JobPhase.SUCCEEDED.value, None)
+        elif isinstance(e, JobFailed):
+            self._end(e.job_id, JobPhase.FAILED.value, e.reason)
+
+    def _end(self, job_id: str, state: str, message: str | None) -> None:
+        with self.store.tx() as c:
+            self.store.update_job(job_id, conn=c, state=state, placement=[], end_time=time.time(),
+                                  **({"message": message} if message else {}))
+            self.store.add_event(job_id, "finished" if state == JobPhase.SUCCEEDED else "failed",
+                                 {"reason": message} if message else {}, conn=c)
+        self._forget(job_id)
+        self._dirty = True
 
     def models(self) -> Any:
         """The bundled profiles plus `--profiles` (built on first use: a fit per application)."""

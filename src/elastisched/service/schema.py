@@ -49,7 +49,8 @@ generations = Table(
     Column("pids", JSON, nullable=False),  # [[pid, start_ticks], ...] of the per-rank wrappers
     Column("devices", JSON),  # CUDA device index per rank (GPU nodes), else null
     Column("exit_codes", JSON),
-    Column("outcome", String(16)),  # succeeded | stopped | failed
+    Column("outcome", String(16)),  # backends.base.OUTCOMES
+    Column("token", String(32)),  # launch token in every worker's environment (found again after a crash)
     Column("planned_at", Float, nullable=False),
     Column("started_at", Float),
     Column("ended_at", Float),

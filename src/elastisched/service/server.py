@@ -44,8 +44,8 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
     work.mkdir(parents=True, exist_ok=True)
     store = Store(db or default_db(work))
     nodes = parse_cluster(cluster, default_gpu_type="cpu")
-    backend = LocalBackend(store, work, python=python, grace_s=grace_s, max_retries=max_retries, nodes=nodes)
-    service = Service(store, nodes, backend, policy, tick_s=tick_s, seed=seed,
+    backend = LocalBackend(work, python=python, grace_s=grace_s, nodes=nodes)
+    service = Service(store, nodes, backend, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
                       profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
     tok = resolve_token(token, work)
     return create_app(service, tok, scripts_dir), service, tok

@@ -86,7 +86,7 @@ class Store:
     # Columns added after the first release: (table, column, DDL type and default). create_all never alters
     # an existing table, so a database made by an older version gets them here.
     # FALSE, not 0: PostgreSQL refuses an integer default for a boolean (SQLite >= 3.23 reads FALSE too).
-    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT FALSE"),)
+    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT FALSE"), ("generations", "token", "VARCHAR(32)"))
 
     def _add_missing_columns(self) -> None:
         for table, column, ddl in self._ADDED_COLUMNS:
@@ -258,10 +258,17 @@ class Store:
         conn.execute(insert(generations).values(job_id=job_id, generation=generation, planned_at=time.time(),
                                                 pids=[], state="PLANNED", **fields))
 
-    def update_generation(self, job_id: str, generation: int, **fields: Any) -> None:
+    def update_generation(self, job_id: str, generation: int | None, conn: Connection | None = None,
+                          **fields: Any) -> None:
+        """Update one generation, or (generation None) every live (not EXITED) generation of the job."""
+        where = generations.c.job_id == job_id
+        live = generations.c.state != "EXITED"
+        where &= (generations.c.generation == generation) if generation is not None else live
+        if conn is not None:
+            conn.execute(update(generations).where(where).values(**fields))
+            return
         with self.tx() as c:
-            c.execute(update(generations).where((generations.c.job_id == job_id)
-                                                & (generations.c.generation == generation)).values(**fields))
+            c.execute(update(generations).where(where).values(**fields))
 
     def generations(self, job_id: str | None = None, live: bool = False) -> list[dict[str, Any]]:
         q = select(generations).order_by(generations.c.planned_at, generations.c.generation)
