@@ -84,7 +84,7 @@ def test_reclaim_vacates_the_returned_server_for_any_policy(policy: str) -> None
     svc, store, be = _svc(policy)
     ids = [_submit(store, app=None if policy == "fifo" else "cifar10") for _ in range(4)]
     svc.step()
-    assert (svc.engine.ctx.perf is None) == (policy == "fifo")  # models only when every job is profiled
+    assert (svc.engine.ctx.perf is None) == (policy == "fifo")  # models are loaded on the first profiled job
     store.add_loans([("loan-cpu-0", "cpu", 2)])
     svc.wake()
     svc.step()
@@ -161,3 +161,15 @@ def test_held_time_is_not_attained_service() -> None:
     view = svc.snapshot(svc.nodes()).jobs[a]
     assert view.attained_service == pytest.approx(50.0, abs=1e-6)
     assert view.run_time == pytest.approx(50.0, abs=1e-6)
+
+
+def test_one_unprofiled_job_does_not_take_the_models_away_from_the_others() -> None:
+    """Each view carries its own model (JobView.model): None only for the job whose application has none."""
+    svc, store, _ = _svc("fifo")  # (policies read JobView.model with a per-job fallback: the policies' work)
+    profiled, unprofiled = _submit(store), _submit(store, app=None)
+    svc.step()
+    snap = svc.snapshot(svc.nodes())
+    assert snap.jobs[profiled].model is not None and snap.jobs[profiled].model.name == "cifar10"
+    assert snap.jobs[unprofiled].model is None
+    assert svc.engine.ctx.perf is not None  # the registry stays available to the policy
+    assert snap.jobs[profiled].total_work > 1.0 and snap.jobs[unprofiled].total_work == 1.0
