@@ -122,7 +122,8 @@ class Launches:
         for g in self.store.generations(live=True):
             row = self.store.get_job(g["job_id"])
             keep = (row is not None and row["state"] in ACTIVE and not row["cancel_requested"] and not row["held"]
-                    and int(row["generation"]) == int(g["generation"]))
+                    and int(row["generation"]) == int(g["generation"]) and bool(row["placement"])
+                    and g["state"] != "STOPPING")  # a stop we asked for and a crash cut off: finish it
             alloc = Allocation(placement=_placement(g["placement"]), batch_size=g["batch_size"])
             out.append(GenerationRecord(g["job_id"], int(g["generation"]), g.get("token") or "", alloc, g["state"],
                                         tuple((int(p), t) for p, t in g["pids"] or ()), tuple(g["devices"] or ()),
