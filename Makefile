@@ -22,8 +22,8 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	@touch $@
 
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
-	@echo "==> installing elastisched with the dev, train (torch, CPU) and serve extras into $(VENV)"
-	$(BIN)/pip install --progress-bar on -e '.[dev,train,serve]'
+	@echo "==> installing elastisched with the dev, train (torch, CPU), serve and ray extras into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[dev,train,serve,ray]'
 	@touch $@ $(RUN_STAMP)
 
 venv: $(DEV_STAMP)
