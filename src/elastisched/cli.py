@@ -25,7 +25,7 @@ reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plot
                             no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
-register_sweep(sim_app)
+register_sweep(sim_app, app)
 console = Console(stderr=True)
 
 WorkloadOpt = Annotated[str, typer.Option(

@@ -23,9 +23,10 @@ from elastisched.core.errors import ConfigError
 
 #: metrics aggregated per (policy, workload, cluster): name → header with unit
 METRICS: dict[str, str] = {
-    "avg_jct": "avg JCT (s)", "p95_jct": "p95 JCT (s)", "avg_queue": "avg queue (s)", "makespan": "makespan (s)",
+    "avg_jct": "avg JCT (s)", "p95_jct": "p95 JCT (s)", "avg_queue": "avg queue (s)",
+    "p95_queue": "p95 queue (s)", "makespan": "makespan (s)",
     "gpu_utilization": "GPU utilisation (%)", "gpu_hours": "GPU-hours", "restarts": "restarts",
-    "wall_seconds": "wall (s)",
+    "n_finished": "jobs finished", "wall_seconds": "wall (s)",
 }
 _RANGE = re.compile(r"^(?P<head>.*?)(?P<lo>\d+)\.\.(?P<hi>\d+)$")
 
