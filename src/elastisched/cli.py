@@ -15,8 +15,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from elastisched import __version__
+from elastisched.cli_tools import register as register_tools
 from elastisched.core.errors import ElastischedError
-from elastisched.sweep_cli import register as register_sweep
 
 app = typer.Typer(help="elastisched: elastic scheduling of deep-learning training on shared GPU clusters.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -25,7 +25,7 @@ reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plot
                             no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
-register_sweep(sim_app, app)
+register_tools(sim_app, app)
 console = Console(stderr=True)
 
 WorkloadOpt = Annotated[str, typer.Option(
