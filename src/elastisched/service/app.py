@@ -23,7 +23,8 @@ import anyio
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from elastisched.service.auth import TOKEN_RE, Authenticator, Principal
 from elastisched.service.daemon import Service
@@ -86,6 +87,19 @@ async def admin(who: User) -> Principal:
     return who
 
 
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Routing misses name what was wrong too (`path`, `method`), like every other 4xx."""
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail
+    if exc.status_code == 404 and detail == "Not Found":
+        detail = "path: no such endpoint"
+    elif exc.status_code == 400 and detail == "There was an error parsing the body":
+        detail = "body: not a JSON document (UTF-8, nested at most as deep as the parser allows)"
+    elif exc.status_code == 405:
+        detail = f"method: {request.method} is not allowed on this path"
+    return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
 def _422(msg: str) -> HTTPException:
     return HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, msg)
 
@@ -114,6 +128,7 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
     app.state.authn = authn
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(BodyTooLarge, body_too_large)
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_middleware(lambda inner: guard(inner))  # type: ignore[arg-type]
 
     guard_dep = [Depends(principal)]

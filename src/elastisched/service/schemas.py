@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
 MAX_ARG_BYTES = 128 * 1024 - 1  # execve: MAX_ARG_STRLEN (128 KiB) including the terminating NUL
 MAX_ARGS_BYTES = 1 << 20  # all arguments together (ARG_MAX is 2 MiB with the environment)
@@ -73,7 +73,9 @@ def _arg(v: str) -> str:
 Text = Annotated[str, AfterValidator(_text)]
 Ident = Annotated[str, AfterValidator(_ident)]
 Arg = Annotated[str, AfterValidator(_arg)]
-Batch = Annotated[int, Field(ge=1, le=1 << 20)]
+Int = Annotated[int, Strict()]  # JSON numbers only: no "5", " 5", "+5", "1_000", true
+Num = Annotated[float, Strict()]
+Batch = Annotated[int, Strict(), Field(ge=1, le=1 << 20)]
 
 
 class _Model(BaseModel):
@@ -84,16 +86,16 @@ class SubmitRequest(_Model):
     script: Text = Field(min_length=1, max_length=4096)
     args: list[Arg] = Field(default_factory=list, max_length=256)
     name: Text | None = Field(default=None, min_length=1, max_length=200)
-    gpus: int = Field(default=1, ge=1, le=4096, description="GPUs requested (the size an inelastic policy gives)")
-    min_gpus: int | None = Field(default=None, ge=1, le=4096)
-    max_gpus: int | None = Field(default=None, ge=1, le=4096)
+    gpus: Int = Field(default=1, ge=1, le=4096, description="GPUs requested (the size an inelastic policy gives)")
+    min_gpus: Int | None = Field(default=None, ge=1, le=4096)
+    max_gpus: Int | None = Field(default=None, ge=1, le=4096)
     batch_size: Batch = 64
     adaptive: tuple[Batch, Batch] | None = Field(default=None, description="global batch bounds MIN,MAX")
     gpu_type: Ident | None = Field(default=None, min_length=1, max_length=64)
-    duration_s: float | None = Field(default=None, gt=0, le=1e8, description="estimate at the requested size")
+    duration_s: Num | None = Field(default=None, gt=0, le=1e8, description="estimate at the requested size")
     application: Ident | None = Field(default=None, min_length=1, max_length=64,
                                       description="profiled application (models)")
-    work_scale: float | None = Field(default=None, gt=0, le=1e6, description="job length as a multiple of the "
+    work_scale: Num | None = Field(default=None, gt=0, le=1e6, description="job length as a multiple of the "
                                      "profiled application's run (models)")
 
     @field_validator("args")
@@ -121,18 +123,18 @@ class SubmitRequest(_Model):
 
 
 class ResizeRequest(_Model):
-    gpus: int = Field(ge=1, le=4096)
+    gpus: Int = Field(ge=1, le=4096)
 
 
 class LoanRequest(_Model):
-    nodes: int = Field(default=1, ge=1, le=1024)
-    gpus_per_node: int = Field(ge=1, le=64)
+    nodes: Int = Field(default=1, ge=1, le=1024)
+    gpus_per_node: Int = Field(ge=1, le=64)
     gpu_type: str = Field(default="cpu", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
 
 
 class ReclaimRequest(_Model):
-    count: int = Field(ge=1, le=1024)
-    deadline_s: float = Field(default=60.0, ge=0, le=86400)
+    count: Int = Field(ge=1, le=1024)
+    deadline_s: Num = Field(default=60.0, ge=0, le=86400)
 
 
 # ------------------------------------------------------------------------------------------------ error bodies
