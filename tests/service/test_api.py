@@ -159,7 +159,7 @@ def test_dashboard_page_is_public_but_its_data_needs_the_token(svc: ServiceProc)
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "dash-secret-name" not in page.text and c.get("/dashboard").text == page.text
         polled = set(re.findall(r'get\("(/v1/[a-z]+)"\)', page.text))
-        assert polled == {"/v1/nodes", "/v1/jobs", "/v1/loans"}
+        assert polled == {"/v1/status", "/v1/nodes", "/v1/jobs", "/v1/loans"}
         for path in polled:
             assert c.get(path).status_code == 401, path
             assert svc.api("GET", path).status_code == 200, path
@@ -244,11 +244,12 @@ def _metric(svc: ServiceProc, name: str) -> float:
     raise AssertionError(f"no metric {name}")
 
 
-def test_many_log_follows_neither_wedge_the_api_nor_outlive_their_clients(svc: ServiceProc) -> None:
+def test_many_log_follows_neither_wedge_the_api_nor_outlive_their_clients(service_factory: Any) -> None:
     """45 follows of a quiet job (the server takes 32 and answers 429 to the rest) leave `GET /v1/jobs` fast;
     when the clients go away without a word, the server notices and frees every slot."""
     import socket
 
+    svc = service_factory(cluster="1x1:cpu", scripts_dir=ROOT / "tests").start()
     jid = svc.api("POST", "/v1/jobs", json={"script": FAKE, "args": ["--steps", "100000", "--sleep", "1"]}).json()["id"]
     wait_for(lambda: svc.job(jid)["state"] == "RUNNING", 30, "running")
     socks, codes = [], []

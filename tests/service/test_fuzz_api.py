@@ -25,7 +25,7 @@ import pytest
 from _svc_helpers import FAKE, ROOT, TOKEN, ServiceProc, wait_for
 
 SEED = int(os.environ.get("ELASTISCHED_FUZZ_SEED", "0"))
-N = int(os.environ.get("ELASTISCHED_FUZZ_N", "2400"))
+N = int(os.environ.get("ELASTISCHED_FUZZ_N", "4000"))
 BUDGET_S = 80.0
 
 # JSON fragments that no bounded field should take (or that must be refused by type).
@@ -105,7 +105,8 @@ def corpus(rng: random.Random, n: int, done_id: str) -> Iterator[Case]:
             yield Case("POST", path, body.encode(), fields=(*fs, "job_id"))  # a valid body may fail on another
         else:  # broken Authorization
             yield Case(rng.choice(["GET", "POST"]), rng.choice(["/v1/jobs", "/v1/loans", "/metrics", "/v1/nodes"]),
-                       b"{}", auth=rng.choice(AUTHS), fields=("Authorization", "script"))  # some are valid
+                       b"{}", auth=rng.choice(AUTHS),
+                       fields=("Authorization", "script", "gpus_per_node"))  # some tokens are valid
 
 
 def _names(text: str, fields: tuple[str, ...]) -> bool:
@@ -143,7 +144,7 @@ def test_fuzzed_requests_get_4xx_naming_the_field_never_5xx(svc: ServiceProc) ->
     svc.api("POST", "/v1/jobs", json={"script": FAKE, "gpus": 4, "args": ["--steps", "100000", "--sleep", "1"]})
     conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
     failures: list[str] = []
-    counts = {"2xx": 0, "4xx": 0}
+    counts = {"2xx": 0, "4xx": 0, "5xx": 0, "hang": 0, "unnamed": 0, "nonsense": 0}
     t0 = time.monotonic()
     sent = 0
     for case in corpus(random.Random(SEED), N, done):
@@ -160,6 +161,7 @@ def test_fuzzed_requests_get_4xx_naming_the_field_never_5xx(svc: ServiceProc) ->
             status = r.status
         except TimeoutError:
             failures.append(f"HANG {case.method} {case.path[:80]}")
+            counts["hang"] += 1
             conn.close()
             conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
             continue
@@ -174,19 +176,24 @@ def test_fuzzed_requests_get_4xx_naming_the_field_never_5xx(svc: ServiceProc) ->
             conn.close()
             conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
         if status >= 500:
+            counts["5xx"] += 1
             failures.append(f"{status} {case.method} {case.path[:80]} {(case.body or b'')[:80]!r}: {text[:200]}")
         elif 400 <= status < 500:
             counts["4xx"] += 1
             if not _names(text, case.fields):
+                counts["unnamed"] += 1
                 failures.append(f"{status} not naming {case.fields}: {case.method} {case.path[:60]} "
                                 f"{(case.body or b'')[:60]!r}: {text[:200]}")
         else:
             counts["2xx"] += 1
             if case.path == "/v1/jobs" and case.method == "POST" and not _sane(json.loads(text)):
+                counts["nonsense"] += 1
                 failures.append(f"nonsense accepted: {(case.body or b'')[:120]!r} -> {text[:200]}")
     wall = time.monotonic() - t0
     conn.close()
     log = svc.log_text()
+    print(json.dumps({"seed": SEED, "sent": sent, "wall_s": round(wall, 1), **counts,
+                      "tracebacks": log.count("Traceback")}))
     assert not failures, f"{len(failures)} of {sent}:\n" + "\n".join(failures[:30])
     assert sent >= 2000, f"only {sent} requests in {wall:.0f} s"
     assert "Traceback" not in log and "Exception" not in log, log[-3000:]
