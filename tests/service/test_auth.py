@@ -162,3 +162,24 @@ def test_without_scripts_dir_or_token_the_service_runs_nothing_and_keeps_its_tok
         if env is not None:
             os.environ["ELASTISCHED_TOKEN"] = env
         s.stop()
+
+
+def test_a_user_cannot_take_every_log_follow(svc: ServiceProc, users: dict[str, str]) -> None:
+    """A user who is not an admin gets a quarter of `--max-follows` (8 of 32); the others still get theirs."""
+    import socket
+
+    def follow(jid: str, token: str) -> tuple[int, socket.socket]:
+        s = socket.create_connection(("127.0.0.1", svc.port), timeout=10)
+        s.sendall(f"GET /v1/jobs/{jid}/logs?follow=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}"
+                  "\r\n\r\n".encode())
+        return int(s.recv(256).split()[1]), s
+
+    with svc.as_user(users["alice"]) as alice:
+        jid = _submit(alice, svc, "alice-quiet", steps=100000)
+        opened = [follow(jid, users["alice"]) for _ in range(9)]
+        assert [code for code, _ in opened] == [200] * 8 + [429]
+        code, admin_sock = follow(jid, TOKEN)
+        assert code == 200
+        for _, s in [*opened, (code, admin_sock)]:
+            s.close()
+        alice.delete(f"/v1/jobs/{jid}")

@@ -198,3 +198,36 @@ def test_fuzzed_requests_get_4xx_naming_the_field_never_5xx(svc: ServiceProc) ->
     assert sent >= 2000, f"only {sent} requests in {wall:.0f} s"
     assert "Traceback" not in log and "Exception" not in log, log[-3000:]
     assert svc.api("GET", "/healthz").json()["ok"] and counts["4xx"] > 0.8 * sent
+
+
+def _json_values() -> object:
+    from hypothesis import strategies as st
+
+    scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
+               | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=40))
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                        | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+
+
+def test_hypothesis_submissions_are_accepted_sane_or_refused_by_field(svc: ServiceProc) -> None:
+    """Property: any JSON value in any submit field gives a sane 201 or a 4xx naming a field (no 5xx)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(field=st.sampled_from(SUBMIT_FIELDS), value=_json_values())
+    def check(field: str, value: object) -> None:
+        body = {"script": FAKE, "args": ["--steps", "1"], "gpus": 1} | {field: value}
+        r = svc.api("POST", "/v1/jobs", content=json.dumps(body, allow_nan=True),
+                    headers={"content-type": "application/json"})
+        assert r.status_code < 500, (body, r.text[:300])
+        if r.status_code >= 400:
+            assert _names(r.text, (field, "gpus", "min_gpus", "max_gpus", "body")), (body, r.text[:300])
+        else:
+            job = r.json()
+            assert _sane(job), job
+            svc.api("DELETE", f"/v1/jobs/{job['id']}")
+
+    check()
+    assert "Traceback" not in svc.log_text()
