@@ -183,3 +183,13 @@ def test_a_user_cannot_take_every_log_follow(svc: ServiceProc, users: dict[str, 
         for _, s in [*opened, (code, admin_sock)]:
             s.close()
         alice.delete(f"/v1/jobs/{jid}")
+
+
+def test_a_missing_scripts_dir_is_a_one_line_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "elastisched.service", "--workdir", str(tmp_path / "w"),
+                        "--scripts-dir", str(tmp_path / "nope"), "--port", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--scripts-dir" in r.stderr, r.stderr

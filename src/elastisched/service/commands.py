@@ -47,8 +47,8 @@ def _call(server: str | None, token: str | None, method: str, path: str, **kw: A
             detail = r.json().get("detail", r.text)
         except ValueError:
             detail = r.text
-        if isinstance(detail, list):  # pydantic 422: name the field(s)
-            detail = "; ".join(f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail)
+        if isinstance(detail, list):  # 422: each message starts with the field it names
+            detail = "; ".join(str(d.get("msg")) for d in detail if isinstance(d, dict))
         typer.echo(f"error ({r.status_code}): {detail}", err=True)
         raise typer.Exit(1)
     ctype = r.headers.get("content-type", "")

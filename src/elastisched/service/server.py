@@ -71,7 +71,7 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
         scripts_dir = default_scripts_dir(work)
         scripts_dir.mkdir(exist_ok=True, mode=0o700)
     elif not Path(scripts_dir).is_dir():
-        raise ConfigError(f"--scripts-dir: {str(scripts_dir)!r} is not a directory")
+        raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
     tok = resolve_token(token, work)
     store = Store(url)
     nodes = parse_cluster(cluster, default_gpu_type="cpu")
