@@ -35,6 +35,7 @@ jobs = Table(
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("held", Boolean, nullable=False, default=False),  # suspended by a user until resumed
     Column("message", String(2000)),
+    Column("owner", String(64), index=True),  # the submitting user (service/auth.py); NULL = admin only
 )
 
 generations = Table(
