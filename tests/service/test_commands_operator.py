@@ -133,8 +133,18 @@ def test_logs_on_a_pending_job_says_it_is_pending_and_why(svc: Any) -> None:
     assert f"Why it waits: Resources: {EXPLAIN['Resources']}" in r.output, r.output
     r = runner.invoke(app, ["logs", run, "--server", svc.url], env=env)  # a job with output prints it, as before
     assert r.exit_code == 0 and '"start": true' in r.output and "pending" not in r.output, r.output
+    # -f on the pending job: says so, follows, and ends (exit 0) when the job does
+    exe = Path(sys.executable).with_name("elastisched")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from elastisched.cli import app; app()"]
+    follow = subprocess.Popen([*cmd, "logs", wait, "-f", "--server", svc.url], env=os.environ | env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert follow.stderr is not None
+    first = follow.stderr.readline()
+    assert f"job {wait} (second) is pending" in first, first
+    assert follow.stderr.readline().startswith("Following: its output appears here once it starts")
     svc.api("DELETE", f"/v1/jobs/{wait}")
     wait_for(lambda: svc.job(wait)["state"] == "CANCELLED", 30, "the cancel")
+    assert follow.wait(timeout=30) == 0
     r = runner.invoke(app, ["logs", wait, "--server", svc.url], env=env)
     assert r.exit_code == 0 and "ended (CANCELLED) without printing anything" in r.output, r.output
     svc.api("DELETE", f"/v1/jobs/{run}")

@@ -56,6 +56,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             store.close()
         with svc.as_user(alice) as c:
             hers = _submit(c, 5, 2, "alices")
+        wait_for(lambda: svc.job(hers)["reason"], 30, "alice's pending reason")
         yield {"svc": svc, "done": done, "run": run, "wait": wait, "alice": alice, "hers": hers}
     finally:
         svc.stop()
@@ -177,6 +178,15 @@ def test_a_user_sees_only_own_jobs_and_no_loans(cluster: dict[str, Any], browser
     page.screenshot(path=str(_shot("dashboard-user")), full_page=True)
     page.close()
     assert not errors, errors
+    with svc.as_user(cluster["alice"]) as c:  # the new read-only endpoints keep the API's rules
+        assert c.get(f"/v1/jobs/{cluster['run']}/log-tail").status_code == 404  # another user's job
+        assert c.get(f"/v1/jobs/{cluster['hers']}/log-tail").json()["reason"] == "Priority"
+        assert c.get("/v1/utilisation", params={"buckets": 0}).status_code == 422
+    import httpx
+
+    with httpx.Client(base_url=svc.url, timeout=10) as anon:
+        for path in ("/v1/utilisation", "/v1/scheduler", "/v1/reasons", f"/v1/jobs/{cluster['hers']}/log-tail"):
+            assert anon.get(path).status_code == 401, path
 
 
 def _shot(name: str) -> Path:
