@@ -68,6 +68,13 @@ class PolluxIIDP:
     def lbs_options(self, cluster: Sequence[ServerSpec], upper: int | None) -> tuple[int, ...]:
         return self.lbs_grid
 
+    def lbs_candidates(self, target: float, num_gpus: int, even_upto: int = 4) -> list[int]:
+        """The grid plus ``round(target / (#GPUs·k))`` for k = 1..``even_upto`` (ours): the grid has no
+        divisors of the target, and without these an even configuration (k workers on every GPU) would be
+        missing, e.g. 8 GPUs at GBS 128 would get LBS 15 and one GPU with two micro-batches."""
+        extra = {round(target / (num_gpus * k)) for k in range(1, even_upto + 1)}
+        return sorted(set(self.lbs_grid) | {b for b in extra if 1 <= b <= self.app.max_local_bsz})
+
     def coeffs(self, key: TypeKey, lbs: float) -> dict[str, tuple[float, float]]:
         """Per type: (time of one micro-batch incl. sync, time of each extra micro-batch)."""
         hit = self._coef.get((key, float(lbs)))
@@ -170,7 +177,8 @@ class PolluxIIDP:
                 got = self._split_types(key, b, w)
                 return None if got is None else IIDPConfig(b, w, got[0], ())
 
-            cfg = choose_config(split, self.lbs_grid, sum(g for _, g in key), target, current, upper=upper,
+            ngpu = sum(g for _, g in key)
+            cfg = choose_config(split, self.lbs_candidates(target, ngpu), ngpu, target, current, upper=upper,
                                 unit_gpus=1, tolerance=self.tolerance)
             if len(self._best) > 100_000:
                 self._best.clear()
