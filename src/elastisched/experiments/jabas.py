@@ -310,7 +310,7 @@ def _plots(runs: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, byt
             ax.legend(fontsize=7)
         fig.suptitle(title)
         buf = io.BytesIO()
-        fig.tight_layout()
+        fig.tight_layout(rect=(0.0, 0.0, 1.0, 0.98))
         fig.savefig(buf, format="png", dpi=100)
         plt.close(fig)
         out[key] = buf.getvalue()
