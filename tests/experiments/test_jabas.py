@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,12 @@ def test_simulator_runs_an_iidp_allocation_at_the_shared_rule(models: PerfModels
 
 
 def test_experiment_result_shape_and_figures() -> None:
-    res = JabasExperiment().run(QUICK, progress=lambda name: (lambda t, d, n: None))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+    from rendering import checked_figures  # the project's figure check: title, axis labels, legend per panel
+
+    with checked_figures() as problems:
+        res = JabasExperiment().run(QUICK, progress=lambda name: (lambda t, d, n: None))
+    assert not problems, problems
     assert [v.target for v in res.verdicts] == ["≥ 0.30", "≥ 0.50"]
     assert res.verdicts[0].measured == pytest.approx(res.data["time_reduction"])
     per = {(r["model"], r["strategy"]): r for r in res.tables[1].rows}
