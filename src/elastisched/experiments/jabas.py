@@ -1,5 +1,5 @@
 """`elastisched reproduce jabas`: the registered `jabas` policy in the event simulator vs adaptive-batching
-baselines on heterogeneous GPUs (JABAS, EuroSys '25, abstract: −33.3 % time, −54.2 % cost; ``docs/jabas.md``).
+baselines on heterogeneous GPUs (JABAS, EuroSys '25, the abstract's time and cost claims; ``docs/jabas.md``).
 
 Set-up (issue 5's, now through ``elastisched.sim``): one training job per Pollux/Sia application, alone on half
 of Sia's cluster (3×4 T4, 2×4 A100, 3×4 RTX 2080Ti; the types its application is profiled on), submitted at
