@@ -32,7 +32,7 @@ from elastisched.workloads.schema import Workload
 SIA = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia" / "traces"
 # without the peer data these tests skip locally and FAIL under CI=true (the project's rule)
 pytestmark = pytest.mark.skipif(not SIA.is_dir() and os.environ.get("CI") != "true", reason="Sia traces not found")
-QUICK = JabasConfig(profiles=SIA, apps=("cifar10",), epochs=3)
+QUICK = JabasConfig(profiles=SIA, apps=("cifar10",), epochs=3, seeds=(0, 1))
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,7 @@ def test_experiment_result_shape_and_figures() -> None:
     assert set(res.figures) == {"gbs.png", "allocation.png"}
     assert all(png.startswith(b"\x89PNG") for png in res.figures.values())
     assert res.config["apps"] == ("cifar10",) and res.config["epochs"] == 3
+    assert set(res.data["by_seed_time_reduction"]) == {0, 1} and res.data["seed_spread"] == 0.0  # deterministic
 
 
 def test_baselines_keep_their_gpus_and_change_batch_in_place(models: PerfModels) -> None:
