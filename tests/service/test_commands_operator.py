@@ -131,6 +131,8 @@ def test_logs_on_a_pending_job_says_it_is_pending_and_why(svc: Any) -> None:
     assert r.exit_code == 0, r.output
     assert f"job {wait} (second) is pending, so it has no logs yet" in r.output, r.output
     assert f"Why it waits: Resources: {EXPLAIN['Resources']}" in r.output, r.output
+    r = runner.invoke(app, ["describe", wait, "--server", svc.url], env=env)
+    assert r.exit_code == 0 and f"reason:      Resources: {EXPLAIN['Resources']}" in r.output, r.output
     r = runner.invoke(app, ["logs", run, "--server", svc.url], env=env)  # a job with output prints it, as before
     assert r.exit_code == 0 and '"start": true' in r.output and "pending" not in r.output, r.output
     # -f on the pending job: says so, follows, and ends (exit 0) when the job does

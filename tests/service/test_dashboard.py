@@ -142,7 +142,13 @@ def test_job_detail_shows_spec_generations_and_refreshing_logs(cluster: dict[str
     page.wait_for_function("document.getElementById('logs').textContent.includes('pending')", timeout=10_000)
     assert EXPLAIN["Resources"] in page.locator("#logs").inner_text()
     assert EXPLAIN["Resources"] in page.locator("#spec").inner_text()
+    assert page.url.endswith(f"#job={cluster['wait']}")
     page.close()
+    link = browser.new_page()  # a link to a job's detail, with the token: the token leaves, the job stays
+    link.goto(f"{svc.url}/#token={TOKEN}&job={cluster['run']}")
+    link.wait_for_selector("#detail:not([hidden]) #gens td", timeout=10_000)
+    assert cluster["run"] in link.locator("#detail-title").inner_text() and "token" not in link.url
+    link.close()
     assert not errors, errors
 
 

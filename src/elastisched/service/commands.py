@@ -21,6 +21,7 @@ import typer
 from elastisched.service.client import DEFAULT_SERVER, fail, no_logs_message
 from elastisched.service.client import call as _call
 from elastisched.service.client import client as _client
+from elastisched.service.reasons import describe_reason
 
 JsonOpt = typer.Option(False, "--json", help="machine-readable output")
 ServerOpt = typer.Option(None, "--server", envvar="ELASTISCHED_SERVER", help=f"API URL (default {DEFAULT_SERVER})")
@@ -150,7 +151,8 @@ def register(app: typer.Typer) -> None:
             return _dump(d)
         for k in ("id", "name", "state", "reason", "gpus", "placement", "batch_size", "generation", "restarts",
                   "retries", "script", "args", "message"):
-            typer.echo(f"{k + ':':12} {d[k]}")
+            waits = k == "reason" and d["state"] in ("PENDING", "SUSPENDED")
+            typer.echo(f"{k + ':':12} {describe_reason(d[k]) if waits else d[k]}")
         typer.echo("\ngenerations:")
         _table(["GEN", "CAUSE", "PLACEMENT", "OUTCOME", "EXIT", "STARTED"],
                [[g["generation"], g["cause"], g["placement"], g["outcome"] or g["state"], g["exit_codes"],
