@@ -248,3 +248,19 @@ def test_every_pending_reason_has_a_sentence() -> None:
 
     assert set(EXPLAIN) == set(PendingReason)
     assert all(len(EXPLAIN[r]) > 20 and not EXPLAIN[r].endswith(".") for r in PendingReason)
+
+
+@pytest.mark.parametrize(("path", "field"), [
+    ("/v1/utilisation?window_s=nan", "window_s"), ("/v1/utilisation?window_s=inf", "window_s"),
+    ("/v1/utilisation?window_s=-1", "window_s"), ("/v1/utilisation?window_s=1e9", "window_s"),
+    ("/v1/utilisation?buckets=2001", "buckets"), ("/v1/utilisation?buckets=1.5", "buckets"),
+    ("/v1/jobs/JOB/log-tail?bytes=0", "bytes"), ("/v1/jobs/JOB/log-tail?bytes=abc", "bytes"),
+    ("/v1/jobs/JOB/log-tail?bytes=2000000", "bytes"),
+])
+def test_bad_queries_of_the_dashboard_endpoints_name_the_field(cluster: dict[str, Any], path: str,
+                                                                field: str) -> None:
+    r = cluster["svc"].api("GET", path.replace("JOB", cluster["run"]))
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert detail[0]["loc"][-1] == field and detail[0]["msg"].startswith(field), detail
+    assert "Traceback" not in cluster["svc"].log_text()
