@@ -31,6 +31,27 @@ from elastisched.models.application import Application, BatchConfig
 from elastisched.models.iidp_pollux import iidp_iteration_time
 
 INF = float("inf")
+# A change of batch size / local batch / accumulation on the very same GPUs is applied in place by the
+# elastic runtime (AdaptDL; the training library's adaptive batch): no restart, by default no stall.
+RECONFIGURE_COST = 0.0
+
+
+def same_placement(old: Allocation, new: Allocation) -> bool:
+    """Whether `new` runs on exactly the GPUs of `old` (both running; order of nodes ignored)."""
+    return bool(old.placement) and (old.placement == new.placement or sorted(old.placement) == sorted(new.placement))
+
+
+def change_kind(old: Allocation, new: Allocation) -> str:
+    """THE rule of what a change of allocation costs, for both bodies: "stop" (no GPUs), "launch" (from none),
+    "reconfigure" (batch / accumulation only, same GPUs: in place, not a restart), "resize" (keeps some GPUs)
+    or "restart" (none kept)."""
+    if not new.placement:
+        return "stop"
+    if not old.placement:
+        return "launch"
+    if same_placement(old, new):
+        return "reconfigure"
+    return "resize" if keeps_gpus(old, new) else "restart"
 
 
 def keeps_gpus(old: Allocation, new: Allocation) -> bool:
@@ -160,12 +181,12 @@ class JobState:
         self.view = None
 
     def apply(self, alloc: Allocation, now: float, node_types: Mapping[str, str], restart_cost: float,
-              resize_cost: float | None = None, reconfigure_cost: float | None = None) -> None:
+              resize_cost: float | None = None, reconfigure_cost: float | None = RECONFIGURE_COST) -> None:
         """Make `alloc` the job's allocation from `now` (call `advance(now)` first). `node_types`: GPU type of
         each of its nodes. A launch or change costs `restart_cost` without progress; `resize_cost`, when given,
-        is the cost of a change that keeps some of its GPUs (an in-memory resize); `reconfigure_cost`, when
-        given, that of a new batch / IIDP configuration on the very same GPUs (applied in place, JABAS and
-        AdaptDL; not counted as a restart)."""
+        is the cost of a change that keeps some of its GPUs (an in-memory resize); `reconfigure_cost` (default
+        `RECONFIGURE_COST`, 0 s) that of a new batch / IIDP configuration on the very same GPUs (applied in
+        place, JABAS and AdaptDL; not counted as a restart); None charges it as a restart (the old rule)."""
         old = self.allocation
         self.version += 1
         self.view = None
@@ -183,10 +204,11 @@ class JobState:
         gpus = alloc.gpus
         batch = alloc.batch_size or self.spec.batch_size
         self.allocation = alloc
-        if reconfigure_cost is not None and old.placement and sorted(old.placement) == sorted(alloc.placement):
+        kind = change_kind(old, alloc)
+        if reconfigure_cost is not None and kind == "reconfigure":
             self.restart_until = max(self.restart_until, now + reconfigure_cost)
             self.launches -= 1  # not a restart (undone by the += 1 below)
-        elif resize_cost is not None and keeps_gpus(old, alloc):
+        elif resize_cost is not None and kind == "resize":
             # in-memory resize: survivors keep running state; a launch still in progress is not cut short
             self.restart_until = max(self.restart_until, now + resize_cost)
         else:

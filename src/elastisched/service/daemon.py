@@ -34,7 +34,7 @@ from elastisched.engine.loop import Engine, RoundResult
 from elastisched.engine.reclaim import admin_resize
 from elastisched.models.application import Application
 from elastisched.policies.base import Policy, PolicyContext
-from elastisched.service.launches import Launches
+from elastisched.service.launches import Launches, in_place
 from elastisched.service.progress import LiveJobs
 from elastisched.service.store import TERMINAL, Store
 from elastisched.service.submission import job_spec, placement, policy_named, stored_reason
@@ -209,6 +209,10 @@ class Service:
             if a.kind is ActionKind.SUSPEND:
                 self.store.update_job(a.job_id, state="SUSPENDED", placement=[], reason=PendingReason.PREEMPTED.value)
         self._apply(actions, snap.now)
+        types = {n.node_id: n.gpu_type for n in nodes}
+        for a in res.actions:
+            if in_place(a):  # batch-only change: the engine's bookkeeping follows, no relaunch, no restart
+                self.jobs.applied(a, snap.now, types)
         if reclaims:
             with self.store.tx() as c:
                 t = time.time()

@@ -19,7 +19,15 @@ from typing import Any
 from elastisched.backends.base import GenerationEnded, GenerationRecord, JobStarted
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase
+from elastisched.engine.jobstate import change_kind
 from elastisched.service.store import ACTIVE, Store
+
+
+def in_place(a: Action) -> bool:
+    """A batch-only change on the same GPUs: not a restart (the engine's rule, as in the simulator). The live
+    job keeps running; the launch contract has no channel to push a new batch into running workers, so the
+    batch they use stays the training library's own (its adaptive batch); the service records the target."""
+    return a.kind is ActionKind.RESIZE and change_kind(a.previous, a.allocation) == "reconfigure"
 
 
 def _placement(p: Any) -> tuple[tuple[str, int], ...]:
@@ -43,9 +51,15 @@ class Launches:
         self.max_retries = max_retries
 
     def prepare(self, actions: list[Action]) -> list[Action]:
-        """Persist what each action starts or stops; LAUNCH / RESIZE come back with their launch spec."""
+        """Persist what each action starts or stops; LAUNCH / RESIZE come back with their launch spec. A RESIZE
+        that only changes the batch on the same GPUs (`engine.jobstate.change_kind` "reconfigure") starts no
+        generation: the target batch is recorded and the action is left out (see `in_place`)."""
         out = []
         for a in actions:
+            if in_place(a):
+                self.store.update_job(a.job_id, batch_size=a.allocation.batch_size)
+                self.store.add_event(a.job_id, "reconfigure", {"batch_size": a.allocation.batch_size})
+                continue
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE) and a.launch is None:
                 planned = self.plan(a)
                 if planned is not None:

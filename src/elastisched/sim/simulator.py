@@ -11,7 +11,9 @@ Semantics (details and the reasons for each in docs/simulator.md):
   default), during which it holds its GPUs and makes no progress; a suspended job keeps its progress
   (checkpoint on preemption, as in the artifact). Optional `SimConfig.resize_cost`: a change that keeps
   some of the job's GPUs (an in-memory resize, as ONES's scaling agent, ones.md §4) costs that instead;
-  None (default) keeps the single restart cost, so every existing result is unchanged;
+  None (default) keeps the single restart cost; a change of batch size or accumulation on the very same GPUs
+  is applied in place (`SimConfig.reconfigure_cost`, 0 s by default; no restart counted), the one rule of
+  `engine.jobstate.change_kind` that the live service follows too;
 - each job counts the samples it really processes (`JobView.samples_done`: current samples/s × time
   outside restarts);
 - deterministic: events are ordered by (time, sequence number) and all randomness comes from the seed.
@@ -32,7 +34,7 @@ import numpy as np
 from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
-from elastisched.engine.jobstate import INF, JobState, new_state
+from elastisched.engine.jobstate import INF, RECONFIGURE_COST, JobState, new_state
 from elastisched.engine.loop import Engine, RoundResult
 from elastisched.engine.reclaim import admin_resize, pin
 from elastisched.models.registry import PerfModels
@@ -63,9 +65,9 @@ class SimConfig:
     restart_cost: float | None = None  # None = each application's own (30 s default)
     # an in-place resize (a running job keeps some of its GPUs) costs this instead; None = the restart cost
     resize_cost: float | None = None
-    # a change of batch / local batch / accumulation on the very same GPUs costs this (JABAS, AdaptDL: in
-    # place); None = as any other change (restart or resize cost)
-    reconfigure_cost: float | None = None
+    # a change of batch / local batch / accumulation on the very same GPUs costs this and is no restart
+    # (JABAS, AdaptDL, the training library: in place; engine.jobstate.change_kind); None = as any other change
+    reconfigure_cost: float | None = RECONFIGURE_COST
     check_invariants: bool = True
     max_time: float = INF
     loans: LoanTimeline | None = None
