@@ -107,6 +107,10 @@ class JobState:
     restart_until: float = 0.0
     attained: float = 0.0
     run_time: float = 0.0
+    restart_time: float = 0.0  # seconds with GPUs held inside a restart / resize window (no progress)
+    restart_gpu_seconds: float = 0.0
+    # progress done per (GPU type, shape, epoch): the JCT decomposition (sim.metrics) prices it afterwards
+    work_by_config: dict[tuple[str, tuple[int, ...], int], float] = field(default_factory=dict)
     updated: float = 0.0
     start_time: float | None = None
     end_time: float | None = None
@@ -156,11 +160,16 @@ class JobState:
             self.run_time += dt
             self.gpu_seconds_by_type[self.gpu_type] = self.gpu_seconds_by_type.get(self.gpu_type, 0.0) + dt * g
             self.samples += self.samples_per_s * max(0.0, t - max(self.updated, self.restart_until))
+            stall = max(0.0, min(t, self.restart_until) - self.updated)
+            self.restart_time += stall
+            self.restart_gpu_seconds += stall * g
             if not self.modelled:  # no model of this configuration: progress only from measurements
                 self.updated = t
                 self.view = None
                 return
             if finishing:
+                for e in range(self.epoch, len(self.bounds) - 1):
+                    self._did(e, self.bounds[e + 1] - max(self.progress, self.bounds[e]))
                 self.progress, self.epoch = self.total, len(self.bounds) - 1
                 self.updated = t
                 self.view = None
@@ -171,14 +180,20 @@ class JobState:
                 nxt = self.bounds[self.epoch + 1]
                 need = (nxt - self.progress) / r
                 if now + need <= t:
+                    self._did(self.epoch, nxt - self.progress)
                     self.progress = nxt
                     self.epoch += 1
                     now += need
                 else:
+                    self._did(self.epoch, r * (t - now))
                     self.progress += r * (t - now)
                     now = t
         self.updated = t
         self.view = None
+
+    def _did(self, epoch: int, work: float) -> None:
+        key = (self.gpu_type, self.shape, epoch)
+        self.work_by_config[key] = self.work_by_config.get(key, 0.0) + work
 
     def apply(self, alloc: Allocation, now: float, node_types: Mapping[str, str], restart_cost: float,
               resize_cost: float | None = None, reconfigure_cost: float | None = RECONFIGURE_COST) -> None:

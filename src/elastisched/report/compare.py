@@ -15,11 +15,27 @@ from typing import Any
 import pandas as pd
 
 from elastisched.report import html, plots
-from elastisched.sim.metrics import SimResult
+from elastisched.sim.metrics import DECOMPOSITION, SimResult
 
 SUMMARY_COLUMNS = ["policy", "n_jobs", "avg_jct", "median_jct", "p95_jct", "p99_jct", "avg_queue", "makespan",
                    "gpu_utilization", "restarts", "preemptions", "decision_ms_p50", "decision_ms_max",
                    "wall_seconds"]
+
+
+DECOMP_COLUMNS = ["policy", "avg_jct", *DECOMPOSITION, "restarts", "gpu_h_running", "gpu_h_restarting",
+                  "gpu_h_idle"]
+
+
+def decomposition_rows(results: Mapping[str, SimResult]) -> list[dict[str, Any]]:
+    """Per policy: where its mean JCT goes (queued + restarting + running; running = best + GPU-count loss +
+    batch loss, `sim.metrics`) and its GPU-hours by use."""
+    out = []
+    for name, r in results.items():
+        s = r.summary
+        gh = s.get("gpu_hours", {})
+        out.append({"policy": name, "avg_jct": s["avg_jct"], **s.get("decomposition", {}), "restarts": s["restarts"],
+                    **{f"gpu_h_{k}": gh.get(k, float("nan")) for k in ("running", "restarting", "idle")}})
+    return out
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
@@ -44,6 +60,8 @@ def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping
     loaned = any(r.timeline["loaned_servers"].max() > 0 for r in results.values() if len(r.timeline))
     util = plots.utilisation_timeline(results, loaned=loaned)
     sections = [("Summary", html.table(rows, SUMMARY_COLUMNS)),
+                ("JCT decomposition (mean s per job; GPU-hours)", html.table(decomposition_rows(results),
+                                                                               DECOMP_COLUMNS)),
                 ("Job completion time", html.img(cdf, "JCT CDF")),
                 ("Utilisation", html.img(util, "utilisation timeline"))]
     sections += extra_sections or []

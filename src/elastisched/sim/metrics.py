@@ -1,4 +1,20 @@
-"""Results of a simulation: per-job table, summary figures, utilisation timeline."""
+"""Results of a simulation: per-job table, summary figures, utilisation timeline, JCT decomposition.
+
+JCT decomposition (issue 13; docs/seeds.md): per job, `jct = queued + restarting + running` and
+`running = best + loss_gpus + loss_batch`, where
+- `queued`: seconds without GPUs (before the first start and after preemptions), `jct − run_time`;
+- `restarting`: seconds holding GPUs inside a restart / resize window (no progress);
+- `best`: the job's whole work at its best achievable goodput — per epoch, the largest goodput over every
+  GPU count 1..`spec.gpu_cap`, spread evenly over any feasible number of servers of the type it ran on most
+  (packed or spread: on T4 spreading is sometimes faster) and every batch size on a 12-point geometric grid
+  from the application's smallest to largest profiled batch plus the job's own;
+- `loss_batch`: running time minus the time the same progress would have taken on the very GPUs it had at
+  the best batch for them (the batch-size inefficiency, ≥ 0);
+- `loss_gpus`: the rest (`running − best − loss_batch`): GPU-count / placement inefficiency. Negative when a
+  policy gave the job more GPUs than its cap (a gain from extras).
+Progress is priced per (GPU type, shape, epoch) at the data-parallel rate of the slowest type (an IIDP
+allocation is priced as data parallel). Per policy (summary): GPU-hours running, restarting and idle.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +26,8 @@ import pandas as pd
 
 from elastisched import __version__
 from elastisched.core.types import PendingReason
+from elastisched.engine.jobstate import JobState
+from elastisched.models.application import Application
 
 if TYPE_CHECKING:
     from elastisched.sim.simulator import Simulator
@@ -27,10 +45,77 @@ def _pct(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else float("nan")
 
 
+_BEST: dict[tuple[Any, ...], np.ndarray] = {}
+
+
+def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], own_batch: int) -> np.ndarray:
+    """Progress/s per epoch on `shape` GPUs of `gpu_type` at the best batch for each epoch (grid above)."""
+    key = (app.name, gpu_type, shape, own_batch)
+    r = _BEST.get(key)
+    if r is None:
+        g = sum(shape)
+        grid = [*np.geomspace(app.init_batch_size, app.max_batch_size, 12).astype(int).tolist(), own_batch]
+        for b in sorted(set(grid)):
+            cfg = app.batch_config(g, int(b))
+            rb = app.efficiency.gains(cfg.global_batch) / app.iteration_time(gpu_type, shape, cfg)
+            r = rb if r is None else np.maximum(r, rb)
+        assert r is not None
+        if len(_BEST) > 100_000:
+            _BEST.clear()
+        _BEST[key] = r
+    return r
+
+
+def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_node: int, nodes: int) -> np.ndarray:
+    """Progress/s per epoch at the best GPU count ≤ `cap`, the best spread of it over the type's `nodes`
+    servers (balanced over k servers; spreading can beat packing on T4) and the best batch."""
+    key = (app.name, gpu_type, cap, own_batch, per_node, nodes)
+    r = _BEST.get(key)
+    if r is None:
+        shapes = {_balanced(g, k) for g in range(1, cap + 1) for k in range(-(-g // per_node), min(g, nodes) + 1)}
+        r = _BEST[key] = np.max([best_batch_rates(app, gpu_type, sh, own_batch) for sh in sorted(shapes)], axis=0)
+    return r
+
+
+def _balanced(g: int, k: int) -> tuple[int, ...]:
+    return tuple(g // k + (i < g % k) for i in range(k))
+
+
+def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """The job's JCT decomposition (module docstring); NaN losses when it has no model."""
+    jct = (j.end_time or 0.0) - j.spec.submit_time
+    running = j.run_time - j.restart_time
+    out = {"queued": jct - j.run_time, "restarting": j.restart_time, "running": running,
+           "best": float("nan"), "loss_gpus": float("nan"), "loss_batch": float("nan")}
+    app = j.app
+    if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
+        return out
+    at_best_batch = 0.0
+    for (t, shape, e), work in j.work_by_config.items():
+        if t in app.profile.throughput and shape:
+            r = best_batch_rates(app, t, shape, j.spec.batch_size)
+            at_best_batch += work / r[min(e, len(r) - 1)]
+    t = max(j.gpu_seconds_by_type, key=lambda k: j.gpu_seconds_by_type[k])
+    if t not in app.profile.throughput:
+        return out
+    best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *per_node.get(t, (1, 1)))
+    work = np.diff(j.bounds_arr)
+    best = float(np.sum(work / best_r[np.minimum(np.arange(len(work)), len(best_r) - 1)]))
+    out |= {"best": best, "loss_batch": running - at_best_batch, "loss_gpus": at_best_batch - best}
+    return out
+
+
+DECOMPOSITION = ["queued", "restarting", "running", "best", "loss_gpus", "loss_batch"]
+
+
 def collect(sim: Simulator, wall: float) -> SimResult:
     rows = []
+    per_node: dict[str, tuple[int, int]] = {}  # GPU type -> (GPUs per server, servers)
+    for n in sim.train_nodes:
+        g, k = per_node.get(n.gpu_type, (0, 0))
+        per_node[n.gpu_type] = (max(g, n.num_gpus), k + 1)
     for j in sorted(sim.done, key=lambda j: (j.spec.submit_time, j.spec.job_id)):
-        rows.append({
+        rows.append(decompose(j, per_node) | {
             "job": j.spec.job_id, "application": j.spec.application, "submit": j.spec.submit_time,
             "start": j.start_time, "end": j.end_time, "jct": j.end_time - j.spec.submit_time,
             "queue": (j.start_time or j.end_time) - j.spec.submit_time, "requested_gpus": j.spec.num_gpus,
@@ -40,10 +125,11 @@ def collect(sim: Simulator, wall: float) -> SimResult:
             # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
             "reason": j.reason or (PendingReason.PRIORITY.value if (j.start_time or j.end_time) > j.spec.submit_time
                                    else ""),
+            "restart_gpu_seconds": j.restart_gpu_seconds,
         })
     jobs = pd.DataFrame(rows, columns=["job", "application", "submit", "start", "end", "jct", "queue",
                                        "requested_gpus", "gpu_seconds", "avg_gpus", "run_time", "restarts",
-                                       "preemptions", "state", "reason"])
+                                       "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"])
     tl = pd.DataFrame(sim.timeline, columns=["t", "busy_gpus", "total_gpus", "loaned_servers"])
     jct = jobs["jct"].to_numpy(float)
     t0 = min((s.submit_time for s in sim.workload.jobs), default=0.0)
@@ -73,5 +159,9 @@ def collect(sim: Simulator, wall: float) -> SimResult:
         "cluster": {"nodes": len(sim.train_nodes), "gpus": sum(n.num_gpus for n in sim.train_nodes),
                     "types": sorted({n.gpu_type for n in sim.train_nodes})},
         "policy_config": {"interval": sim.policy.interval, **sim.ctx.options},
+        # JCT decomposition, mean seconds per finished job (module docstring) and GPU-hours by use
+        "decomposition": {k: float(jobs[k].mean()) if len(jobs) else float("nan") for k in DECOMPOSITION},
+        "gpu_hours": {"available": avail / 3600, "running": (busy - float(jobs["restart_gpu_seconds"].sum())) / 3600,
+                      "restarting": float(jobs["restart_gpu_seconds"].sum()) / 3600, "idle": (avail - busy) / 3600},
     }
     return SimResult(summary, jobs, tl, list(sim.reclaims))
