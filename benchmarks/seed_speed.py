@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-DECOMP = ["queue", "restarting", "running", "loss_gpus", "loss_batch"]
+DECOMP = ["queued", "restarting", "running", "best", "loss_gpus", "loss_batch"]
 
 
 def run(policies: list[str], workloads: list[int], seeds: list[int], cluster: str) -> dict[str, Any]:

@@ -22,8 +22,8 @@ SUMMARY_COLUMNS = ["policy", "n_jobs", "avg_jct", "median_jct", "p95_jct", "p99_
                    "wall_seconds"]
 
 
-DECOMP_COLUMNS = ["policy", "avg_jct", *DECOMPOSITION, "restarts", "gpu_h_running", "gpu_h_restarting",
-                  "gpu_h_idle"]
+DECOMP_COLUMNS = ["policy", "avg_jct", *DECOMPOSITION]
+GPU_HOURS_COLUMNS = ["policy", "restarts", "gpu_h_running", "gpu_h_restarting", "gpu_h_idle"]
 
 
 def decomposition_rows(results: Mapping[str, SimResult]) -> list[dict[str, Any]]:
@@ -60,8 +60,8 @@ def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping
     loaned = any(r.timeline["loaned_servers"].max() > 0 for r in results.values() if len(r.timeline))
     util = plots.utilisation_timeline(results, loaned=loaned)
     sections = [("Summary", html.table(rows, SUMMARY_COLUMNS)),
-                ("JCT decomposition (mean s per job; GPU-hours)", html.table(decomposition_rows(results),
-                                                                               DECOMP_COLUMNS)),
+                ("JCT decomposition (mean s per job)", html.table(decomposition_rows(results), DECOMP_COLUMNS)),
+                ("GPU-hours by use", html.table(decomposition_rows(results), GPU_HOURS_COLUMNS)),
                 ("Job completion time", html.img(cdf, "JCT CDF")),
                 ("Utilisation", html.img(util, "utilisation timeline"))]
     sections += extra_sections or []
