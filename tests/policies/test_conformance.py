@@ -7,7 +7,8 @@ that can never fit, jobs whose model is on their `JobView` or only in `ctx.perf`
 
 Checked for each policy: node capacity, per-job GPU bounds and GPU types (through the engine's placer and
 invariant check); the snapshot is not mutated; determinism for a seed (a fresh policy restored to the same
-state decides the same, reasons and reclaim included); reasons are `PendingReason` members given only to
+state decides the same, reasons and reclaim included); the models on the job views are the ones used (the
+same models given only through `ctx.perf` decide the same); reasons are `PendingReason` members given only to
 jobs left without GPUs (a job absent with no reason waits for PRIORITY); `Decision.reclaim` is empty without
 a demand, and a policy that chooses returns exactly the demanded number of distinct loaned servers, never a
 training server, and places no job on them. For the rule-based policies that must not block on them, jobs
@@ -18,6 +19,7 @@ policy is covered when it registers.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -192,6 +194,13 @@ def _conformance(name: str, data: st.DataObject, models: PerfModels) -> None:
     d2 = pol2.schedule(snap, _ctx(ctx_models))
     assert (dict(d1.allocations), dict(d1.reasons), d1.reclaim) == (dict(d2.allocations), dict(d2.reasons),
                                                                    d2.reclaim)
+    # the job's own model is the one used: the same models only in `ctx.perf` (no view carries one) decide the same
+    bare = dataclasses.replace(snap, jobs={k: dataclasses.replace(v, model=None) for k, v in snap.jobs.items()})
+    pol3 = make_policy(name)
+    pol3.load_state_dict(copy.deepcopy(state0))
+    d3 = pol3.schedule(bare, _ctx(models))
+    assert (dict(d1.allocations), dict(d1.reasons), d1.reclaim) == (dict(d3.allocations), dict(d3.reasons),
+                                                                   d3.reclaim)
 
 
 @pytest.mark.parametrize("name", POLICIES)
