@@ -212,8 +212,8 @@ def test_policy_conformance(name: str, data: st.DataObject, models: PerfModels) 
 
 def test_generator_covers_loans_reclaims_mixed_types_and_infeasible_jobs(models: PerfModels) -> None:
     """The properties above are only as good as the snapshots: the generator must produce every case."""
-    seen: dict[str, int] = dict.fromkeys(("loaned_running", "reclaim", "mixed", "infeasible", "split",
-                                          "view_only", "unprofiled"), 0)
+    seen: dict[str, int] = dict.fromkeys(("loaned_running", "reclaim", "reclaim_hits_running", "mixed",
+                                          "infeasible", "split", "view_only", "unprofiled", "min_gpus>1"), 0)
 
     @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(data=st.data())
@@ -224,6 +224,8 @@ def test_generator_covers_loans_reclaims_mixed_types_and_infeasible_jobs(models:
         allocs = [j.allocation for j in snap.jobs.values()]
         seen["loaned_running"] += any(set(a.nodes) & loaned for a in allocs)
         seen["reclaim"] += snap.reclaim_demand > 0
+        seen["reclaim_hits_running"] += snap.reclaim_demand > 0 and any(set(a.nodes) & loaned for a in allocs)
+        seen["min_gpus>1"] += any(j.spec.elastic and j.spec.min_gpus > 1 for j in snap.jobs.values())
         seen["mixed"] += len(cap) > 1
         seen["split"] += any(len(a.placement) > 1 for a in allocs)
         seen["view_only"] += not perf_in_ctx and any(j.model is not None for j in snap.jobs.values())
