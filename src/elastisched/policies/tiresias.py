@@ -6,7 +6,9 @@
   does not fit is skipped (later, smaller jobs may still run) and loses its GPUs if it had them.
 - Starvation handling is off (the artifact's `_solve_starvation = 0`).
 - Pending reasons (ours): RESOURCES for a job skipped because its GPUs are not free, INFEASIBLE for a job
-  that can never fit (more GPUs than any type it may use has in the cluster); it is skipped like the others.
+  that can never fit (more GPUs than any type it may use has in the cluster; skipped like the others).
+  Once no GPU is left the round stops, as the artifact's does: the jobs after that wait for PRIORITY (no
+  reason), which keeps a round O(admitted jobs) on a long queue.
 Reading: the artifact counts service by integer wall seconds since the job's last status change times its
 GPU count; we use the engine's attained GPU-seconds, which is the same quantity without rounding.
 """
@@ -67,13 +69,12 @@ class TiresiasPolicy(Policy):
         wake = INF
         for q in (self._q0, self._q1):
             for jid in q:
+                if total_free <= 0:
+                    break
                 job = snap.jobs[jid]
                 need = job.spec.num_gpus
                 if not can_ever_fit(capacity, job.spec.gpu_types, need):
                     reasons[jid] = PendingReason.INFEASIBLE
-                    continue
-                if total_free <= 0:
-                    reasons[jid] = PendingReason.RESOURCES
                     continue
                 cur = job.allocation
                 if cur.gpus:
