@@ -7,7 +7,8 @@ that can never fit, jobs whose model is on their `JobView` or only in `ctx.perf`
 
 Checked for each policy: node capacity, per-job GPU bounds and GPU types (through the engine's placer and
 invariant check); the snapshot is not mutated; determinism for a seed (a fresh policy restored to the same
-state decides the same, reasons and reclaim included); the models on the job views are the ones used (the
+state decides the same, reasons and reclaim included, and so it does when the snapshot carries the
+aggregates the simulator passes: `running`, `free`, `node_used`); the models on the job views are the ones used (the
 same models given only through `ctx.perf` decide the same); reasons are `PendingReason` members given only to
 jobs left without GPUs (a job absent with no reason waits for PRIORITY); `Decision.reclaim` is empty without
 a demand, and a policy that chooses returns exactly the demanded number of distinct loaned servers, never a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -41,7 +43,7 @@ from elastisched.core.types import (
 )
 from elastisched.engine import Engine
 from elastisched.engine.invariants import check
-from elastisched.engine.placer import place
+from elastisched.engine.placer import place, place_with_free
 from elastisched.models import PerfModels
 from elastisched.policies.base import Policy, PolicyContext, make_policy, registered
 
@@ -128,6 +130,19 @@ def snapshots(draw: st.DrawFn, models: PerfModels, elastic_policy: bool, unprofi
     return ClusterSnapshot(100.0 + len(jobs) * 10, nodes, jobs, reclaim_demand=demand), perf_in_ctx
 
 
+def _with_aggregates(snap: ClusterSnapshot) -> ClusterSnapshot:
+    """`snap` with the aggregates a body may pass instead of letting them be derived (as the simulator does)."""
+    pos = {n.node_id: i for i, n in enumerate(snap.nodes)}
+    used = np.zeros(len(snap.nodes), dtype=np.int64)
+    for j in snap.jobs.values():
+        for n, g in j.allocation.placement:
+            used[pos[n]] += g
+    used.flags.writeable = False
+    running = MappingProxyType({k: v for k, v in snap.jobs.items() if v.allocation.gpus})
+    return dataclasses.replace(snap, jobs=MappingProxyType(dict(snap.jobs)), running=running,
+                               free=MappingProxyType(snap.free_by_type()), node_used=used)
+
+
 def _ctx(models: PerfModels | None, seed: int = 0) -> PolicyContext:
     return PolicyContext(perf=models, rng=np.random.default_rng(seed), seed=seed)
 
@@ -203,6 +218,14 @@ def _conformance(name: str, data: st.DataObject, models: PerfModels) -> None:
     d2 = pol2.schedule(snap, _ctx(ctx_models))
     assert (dict(d1.allocations), dict(d1.reasons), d1.reclaim) == (dict(d2.allocations), dict(d2.reasons),
                                                                    d2.reclaim)
+    # the engine-owned aggregates the simulator passes (running, free, node_used) change nothing
+    agg = _with_aggregates(snap)
+    pol4 = make_policy(name)
+    pol4.load_state_dict(copy.deepcopy(state0))
+    d4 = pol4.schedule(agg, _ctx(ctx_models))
+    assert (dict(d1.allocations), dict(d1.reasons), d1.reclaim) == (dict(d4.allocations), dict(d4.reasons),
+                                                                   d4.reclaim)
+    assert dict(place_with_free(d4.allocations, agg)[0]) == dict(placed)
     # the job's own model is the one used: the same models only in `ctx.perf` (no view carries one) decide the same
     bare = dataclasses.replace(snap, jobs={k: dataclasses.replace(v, model=None) for k, v in snap.jobs.items()})
     pol3 = make_policy(name)
