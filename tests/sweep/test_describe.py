@@ -54,3 +54,4 @@ def test_describe_command_writes_report(tmp_path: Path, trace: str) -> None:
     d = json.loads((tmp_path / "describe.json").read_text())
     assert d["jobs"] > 0 and d["offered_load"] > 0 and d["duration_s"]["p50"] > 0
     assert {"describe.png", "report.html"} <= {p.name for p in tmp_path.iterdir()}
+
