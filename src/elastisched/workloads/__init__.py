@@ -55,7 +55,7 @@ def _opts(kind: str, text: str, known: tuple[str, ...]) -> dict[str, str]:
         key, eq, value = part.partition("=")
         key = key.strip()
         if not eq:
-            raise ConfigError(f"{kind}:", text, f"option {part!r} must be key=value (keys: {', '.join(known)})")
+            raise ConfigError(f"{kind}:", part, f"options are key=value, comma-separated (keys: {', '.join(known)})")
         if key not in known:
             raise ConfigError(f"{kind}:{key}", value, f"unknown option; known: {', '.join(known)}")
         if key in out:
@@ -84,12 +84,14 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
         if "\0" in spec or not spec.strip():
             raise ValueError("not a usable path")
         exists, is_dir = path.exists(), path.is_dir()
-    except (OSError, ValueError) as e:
-        raise ConfigError("--workload", spec[:200], f"bad path: {e}") from None
+    except OSError as e:
+        raise ConfigError("--workload", spec, f"bad path: {e.strerror or type(e).__name__}") from None
+    except ValueError as e:
+        raise ConfigError("--workload", spec, f"bad path: {e}") from None
     if not exists:
-        raise ConfigError("--workload", spec[:200], "no such file (or use pollux:workload-N, philly, synthetic:...)")
+        raise ConfigError("--workload", spec, "no such file (or use pollux:workload-N, philly, synthetic:...)")
     if is_dir:
-        raise ConfigError("--workload", spec[:200], "is a directory; expected a trace file")
+        raise ConfigError("--workload", spec, "is a directory; expected a trace file")
     if path.suffix in (".trace", ".tsv"):
         return load_gavel_tsv(path, models)
     header, _ = csv_rows(str(path), read_text(path))
@@ -97,5 +99,5 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
         return load_pollux_csv(path, models.apps)
     if "duration" in header and "num_gpus" in header:
         return load_raw_trace(path, models)
-    raise ConfigError("--workload", spec[:200], f"unrecognised header {[h[:30] for h in header[:12]]}: expected "
+    raise ConfigError("--workload", spec, f"unrecognised header {[h[:30] for h in header[:12]]}: expected "
                       "Pollux/Sia columns (name,time,...) or a raw trace (timestamp|time,duration,num_gpus)")

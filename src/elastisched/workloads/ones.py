@@ -21,6 +21,7 @@ own measured time. At other batch sizes the simulator's statistical-efficiency m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,12 +122,13 @@ def _seconds_per_unit(models: PerfModels, app_name: str, gpus: int, batch: int) 
     return app.run_seconds(app.gpu_types[0], gpus, batch, GPUS_PER_NODE)
 
 
-def load_ones_csv(path: str | Path, history: str | Path, models: PerfModels, num_jobs: int | None = None,
-                  name: str | None = None) -> Workload:
-    """The first `num_jobs` rows (all when None) of an ONES trace as `JobSpec`s (see module docstring)."""
+def load_ones_csv(path: str | Path, history: str | Path | Mapping[tuple[int, int], HistoryRun], models: PerfModels,
+                  num_jobs: int | None = None, name: str | None = None) -> Workload:
+    """The first `num_jobs` rows (all when None) of an ONES trace as `JobSpec`s (see module docstring).
+    `history` is `job_history.csv`, or its runs already read by `history_runs` (to load many traces)."""
     path = Path(path)
     p = str(path)
-    runs = history_runs(history)
+    runs = history if isinstance(history, Mapping) else history_runs(history)
     scale_cache: dict[tuple[str, int, int], float] = {}
     jobs: list[tuple[int, JobSpec]] = []
     header, reader = csv_rows(p, read_text(path))
@@ -145,7 +147,7 @@ def load_ones_csv(path: str | Path, history: str | Path, models: PerfModels, num
         es = r.get("epoch_size", EPOCH_SIZE)
         key = HISTORY_RUN.get((model, task, es))
         if key is None or key not in runs:
-            raise r.fail("epoch_size", f"no run of {model}/{task} with this epoch size in {history}")
+            raise r.fail("epoch_size", f"no run of {model}/{task} with this epoch size in job_history.csv")
         patience = r.get("patience", PATIENCE)
         bs = r.get("batch_size", BATCH)
         lr = r.get("lr", LR)

@@ -2,12 +2,13 @@
 
 Rows whose application starts with `infer-` (DeepBoot) are inference tasks, kept apart in
 `Workload.inference`; everything else is a training job that requests `num_replicas` GPUs and the global
-batch `batch_size`. Field ranges: `schema.FIELDS`.
+batch `batch_size`. Field ranges: `schema.FIELDS`. DeepBoot writes `-1` for `duration` / `num_task` on
+training rows (they apply to inference tasks only): read as absent there (our reading of its CSVs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from elastisched.core.types import JobSpec
@@ -17,6 +18,7 @@ from elastisched.workloads.schema import (
     GPUS,
     NUM_TASK,
     SUBMIT_TIME,
+    Field,
     InferenceTask,
     RowReader,
     Workload,
@@ -29,6 +31,15 @@ from elastisched.workloads.schema import (
 )
 
 REQUIRED = ("name", "time", "application", "num_replicas", "batch_size")
+UNSET = ("-1", "-1.0")  # DeepBoot writes -1 in the inference-only columns of training rows
+
+
+def _unset_or(f: Field) -> Callable[[str], float | int | None]:
+    """DeepBoot's -1 ("not applicable") on a training row reads as absent; anything else must be in range."""
+    def conv(v: str) -> float | int | None:
+        return None if v.strip() in UNSET else f(v)
+    return conv
+
 CATEGORIES = ("adaptive", "rigid", "scale-gpus")
 
 
@@ -46,17 +57,18 @@ def load_pollux_csv(path: str | Path, known_apps: Collection[str] | None = None,
         t = r.get("time", SUBMIT_TIME)
         app = r.get("application", name_text)
         reps = r.get("num_replicas", GPUS)
+        bs = r.get("batch_size", BATCH)
         if app.startswith("infer-"):
             infer.append(InferenceTask(job_name, t, app, reps, r.get("duration", DURATION),
                                        r.get("num_task", NUM_TASK, 1)))
             continue
         if known_apps is not None and app not in known_apps:
             raise r.fail("application", f"unknown application; known: {', '.join(sorted(known_apps))}")
-        bs = r.get("batch_size", BATCH)
         cat = r.get("category", str, None)
         if cat is not None and cat not in CATEGORIES:
             raise r.fail("category", f"must be one of {CATEGORIES}")
-        dur = r.get("duration", DURATION, None)
+        dur = r.get("duration", _unset_or(DURATION), None)
+        r.get("num_task", _unset_or(NUM_TASK), None)  # not used by a training job, but still a valid value
         jobs.append((line, JobSpec(job_id=job_name, submit_time=t, application=app, num_gpus=reps,
                                    batch_size=bs, min_gpus=reps, max_gpus=reps, duration=dur, category=cat)))
     return finish(p, name or path.stem, jobs, file_digest(path), infer)

@@ -65,7 +65,8 @@ class Field:
 
     @property
     def range_text(self) -> str:
-        fmt = (lambda x: f"{int(x)}") if self.integer else (lambda x: f"{x:g}")
+        def fmt(x: float) -> str:
+            return str(int(x)) if x == int(x) else f"{x:g}"
         return f"{'(' if self.lo_open else '['}{fmt(self.lo)}, {fmt(self.hi)}]"
 
     @property
@@ -95,29 +96,32 @@ class Field:
             raise ConfigError(key, _short(text), str(e)) from None
 
 
-SUBMIT_TIME = Field("submit time", False, 0, MAX_TIME, doc="seconds from the workload's start")
-RAW_TIMESTAMP = Field("raw timestamp", False, 0, 1e10, doc="raw trace: Unix seconds or an ISO date (read as UTC); "
-                      "rebased so the first job is at 0, the span then within the submit time range")
-DURATION = Field("duration", False, 0, MAX_TIME, lo_open=True, doc="seconds (raw traces: 0 allowed, dropped by the "
-                 "60 s filter)")
-RAW_DURATION = Field("raw duration", False, 0, MAX_TIME)
-GPUS = Field("GPUs per job", True, 1, 65_536, doc="num_replicas, num_gpus, scale_factor")
-BATCH = Field("batch size", True, 1, 2**20, doc="global batch (ONES: per GPU); Gavel's `(batch size N)`")
-WORK_SCALE = Field("work_scale", False, 0, 1e6, lo_open=True, doc="derived: multiples of the application's full run")
+SUBMIT_TIME = Field("submit time", False, 0, MAX_TIME, doc="`time` (Pollux, Sia, DeepBoot, ONES), `arrival_time` "
+                    "(Gavel); seconds from the workload's start")
+RAW_TIMESTAMP = Field("raw timestamp", False, 0, 1e10, doc="raw trace `timestamp`/`time`: Unix seconds, or an ISO "
+                      "date read as UTC; rebased so the first job is at 0, and the span must fit the submit time range")
+DURATION = Field("duration", False, 0, MAX_TIME, lo_open=True, doc="seconds: Pollux/Sia `duration`, DeepBoot "
+                 "inference `duration` (DeepBoot's `-1` on a training row = absent)")
+RAW_DURATION = Field("raw duration", False, 0, MAX_TIME, doc="raw trace `duration` (jobs under 60 s are then dropped)")
+GPUS = Field("GPUs per job", True, 1, 65_536, doc="`num_replicas`, `num_gpus`, Gavel `scale_factor`")
+BATCH = Field("batch size", True, 1, 2**20, doc="`batch_size` (global; ONES: per GPU), Gavel's `(batch size N)`")
+WORK_SCALE = Field("work_scale", False, 0, 1e6, lo_open=True, doc="derived by the loader: multiples of the "
+                   "application's full run (checked like the others)")
 STEPS = Field("total steps", True, 1, 1e10, doc="Gavel `total_steps`")
 NUM_TASK = Field("inference tasks", True, 1, 10_000_000, doc="DeepBoot `num_task`")
 EPOCH_SIZE = Field("epoch size", True, 1, 1e9, doc="ONES `epoch_size` (samples)")
-PATIENCE = Field("patience", True, 1, 10_000, doc="ONES early-stop patience (epochs)")
+PATIENCE = Field("patience", True, 1, 10_000, doc="ONES `patience` (epochs)")
 LR = Field("learning rate", False, 0, 100, lo_open=True, doc="ONES `lr`, `max_lr`")
-ACCURACY = Field("accuracy", False, 0, 1, doc="ONES `target_acc` (fraction)")
-NUM_JOBS = Field("synthetic num_jobs", True, 1, 100_000)
-RATE = Field("synthetic rate", False, 0, 1e6, lo_open=True, doc="arrivals per hour")
-SAMPLE = Field("philly sample", True, 1, 10_000_000, doc="jobs kept (all when more than the trace has)")
-DAYS = Field("philly days", False, 0, 3650, lo_open=True)
-SEED = Field("seed", True, 0, 2**32 - 1, doc="`--seed`, `seed=` of philly / synthetic")
-RESTART_COST = Field("restart cost", False, 0, 86_400, doc="`--restart-cost` seconds")
-FIELDS: tuple[Field, ...] = (SUBMIT_TIME, RAW_TIMESTAMP, DURATION, GPUS, BATCH, WORK_SCALE, STEPS, NUM_TASK,
-                             EPOCH_SIZE, PATIENCE, LR, ACCURACY, NUM_JOBS, RATE, SAMPLE, DAYS, SEED, RESTART_COST)
+ACCURACY = Field("accuracy", False, 0, 1, doc="ONES `target_acc` (a fraction)")
+NUM_JOBS = Field("synthetic num_jobs", True, 1, 100_000, doc="`synthetic:num_jobs=`")
+RATE = Field("synthetic rate", False, 0, 1e6, lo_open=True, doc="`synthetic:rate=`, arrivals per hour")
+SAMPLE = Field("philly sample", True, 1, 10_000_000, doc="`philly:sample=` (all jobs when more than the trace has)")
+DAYS = Field("philly days", False, 0, 3650, lo_open=True, doc="`philly:days=`")
+SEED = Field("seed", True, 0, 2**32 - 1, doc="`--seed`, `philly:seed=`, `synthetic:seed=`")
+RESTART_COST = Field("restart cost", False, 0, 86_400, doc="`--restart-cost` (seconds)")
+FIELDS: tuple[Field, ...] = (SUBMIT_TIME, RAW_TIMESTAMP, DURATION, RAW_DURATION, GPUS, BATCH, WORK_SCALE, STEPS,
+                             NUM_TASK, EPOCH_SIZE, PATIENCE, LR, ACCURACY, NUM_JOBS, RATE, SAMPLE, DAYS, SEED,
+                             RESTART_COST)
 
 
 def name_text(v: str) -> str:

@@ -96,11 +96,11 @@ def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0
     if not rows:
         raise WorkloadError(p, 1, "duration", None, "no job passes the duration / GPU-time filters")
     rows.sort()
-    t0 = rows[0][0]
+    t0, first = rows[0][0], rows[0][3]
     for t, _, _, i in rows:
         if t - t0 > MAX_TIME:
-            raise WorkloadError(p, i, tcol, t, f"{t - t0:.0f} s after the first job; a trace may span at most "
-                                f"{MAX_TIME:.0f} s")
+            raise WorkloadError(p, i, tcol, t, f"{t - t0:.0f} s after the first job (line {first}); a trace may "
+                                f"span at most {MAX_TIME:.0f} s")
     rows = [(t - t0, d, g, i) for t, d, g, i in rows]
     if start is not None or end is not None:
         lo, hi = start or 0.0, end if end is not None else float("inf")

@@ -1,0 +1,47 @@
+"""The valid range of every field: docs/workloads.md and `schema.FIELDS` agree, and the number grammar holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from elastisched.workloads.schema import FIELDS, GPUS, LR, SEED, parse_number
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
+
+
+def test_docs_table_matches_the_schema() -> None:
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1] in ("integer", "number"):
+            rows[cells[0]] = (cells[1], cells[2])
+    assert set(rows) == {f.name for f in FIELDS}
+    for f in FIELDS:
+        assert rows[f.name] == ("integer" if f.integer else "number", f.range_text), f.name
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", "Infinity", "1e400", "+5", "1_000", "１２", "٣", "0x10",
+                                  "", " ", ".", "-", "1.5e", "1e5000", "5" * 100, "1,5", "\u200b1"])
+def test_numbers_are_plain_ascii_decimals(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_number(text)
+
+
+@pytest.mark.parametrize("text,value", [("12", 12.0), (" 7 ", 7.0), ("3600.5", 3600.5), ("5.00E-04", 5e-4),
+                                        ("-3", -3.0), (".5", 0.5), ("4.", 4.0), ("1e3", 1000.0)])
+def test_plain_numbers_parse(text: str, value: float) -> None:
+    assert parse_number(text) == value
+
+
+def test_ranges_bound_both_ends_and_integers() -> None:
+    assert GPUS("4") == 4 and GPUS("4.0") == 4 and isinstance(GPUS("4.0"), int)
+    for bad in ("0", "4.5", "65537", "1e23"):
+        with pytest.raises(ValueError, match=r"must be an integer in \[1, 65536\]"):
+            GPUS(bad)
+    with pytest.raises(ValueError, match=r"\(0, 100\]"):
+        LR("0")
+    assert SEED("4294967295") == 2**32 - 1
+    with pytest.raises(ValueError):
+        SEED("-1")
