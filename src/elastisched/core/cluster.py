@@ -26,7 +26,7 @@ def _count(field: str, v: object, hi: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(field, v[:80] if isinstance(v, str) else v, "must be an integer")
     if not 1 <= v <= hi:
-        raise ConfigError(field, v, f"must be in [1, {hi:,}]")
+        raise ConfigError(field, v, f"must be in [1, {hi}]")
     return v
 
 
@@ -75,7 +75,8 @@ def parse_cluster(spec: str | Sequence[Mapping[str, Any]], default_gpu_type: str
         parts = [_file_part(i, item, default_gpu_type) for i, item in enumerate(spec)]
     total = sum(n for n, *_ in parts)
     if total > MAX_NODES:
-        raise ConfigError("--cluster", f"{total} nodes", f"at most {MAX_NODES:,} nodes in a cluster")
+        raise ConfigError("--cluster", spec if isinstance(spec, str) else f"{len(parts)} node groups",
+                          f"{total} nodes; at most {MAX_NODES} in a cluster")
     nodes: list[NodeView] = []
     counters: dict[str, int] = {}
     for n, g, t, pool in parts:
