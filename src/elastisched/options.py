@@ -27,11 +27,11 @@ def restart_cost(text: str | None) -> float | None:
     return None if text is None else float(RESTART_COST.option("--restart-cost", text))
 
 
-def out_dir(out: Path) -> Path:
+def out_dir(text: str) -> Path:
     """The output folder may exist (as a folder) or be creatable; refused before the run, not after it."""
-    text = str(out)
     if "\0" in text or not text.strip():
-        raise ConfigError("--out", text[:200], "not a usable path")
+        raise ConfigError("--out", text, "not a usable path")
+    out = Path(text)
     try:
         if out.exists() and not out.is_dir():
             raise ConfigError("--out", text, "exists and is not a directory")
@@ -39,7 +39,7 @@ def out_dir(out: Path) -> Path:
         if parent is not None and not parent.is_dir():
             raise ConfigError("--out", text, f"{parent} is a file, not a directory")
     except OSError as e:
-        raise ConfigError("--out", text[:200], f"not usable: {e.strerror or e}") from None
+        raise ConfigError("--out", text, f"not usable: {e.strerror or type(e).__name__}") from None
     return out
 
 

@@ -3,7 +3,8 @@
 A seeded corpus: valid rows of each format, each mutated once (a nasty value in a numeric column, an odd
 value anywhere, a cell dropped or added, a random byte inserted), one mutated row per file among valid
 rows, plus file-level mutations (BOM, CR-only and CRLF endings, truncated gzip, header damage, NUL, a
-field over the CSV limit) and mutated `synthetic:` / `philly:` specs, cluster strings and YAML/JSON files.
+field over the CSV limit), mutated `synthetic:` / `philly:` specs, cluster strings and YAML/JSON files, and
+`sim run` / `sim compare` invocations with mutated options; a sample of the accepted workloads is simulated.
 The oracle, written independently of the loaders:
 - the only exceptions are `WorkloadError` / `ConfigError` (anything else is a traceback);
 - no case takes more than `CASE_LIMIT_S` (a hang fails the case; the per-case alarm enforces it);
@@ -31,12 +32,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from elastisched.cli import app
+from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError, WorkloadError
 from elastisched.core.types import NodeView
 from elastisched.models import PerfModels
+from elastisched.policies.base import make_policy
 from elastisched.policies.ones import default_history
 from elastisched.runner import load_cluster
+from elastisched.sim import SimConfig, simulate
 from elastisched.workloads import Workload, load_workload
 from elastisched.workloads.gavel import load_gavel_tsv
 from elastisched.workloads.ones import history_runs, load_ones_csv
@@ -157,12 +163,15 @@ class Tally:
     rejected: int = 0
     slowest: float = 0.0
     failures: list[str] | None = None
+    kept: list[Workload] | None = None  # a sample of accepted workloads, simulated afterwards
     by_format: Counter[str] | None = None
     cases_by_format: Counter[str] | None = None
+    seconds_by_format: Counter[str] | None = None
     n_failures: int = 0
 
     def __post_init__(self) -> None:
-        self.failures, self.by_format, self.cases_by_format = [], Counter(), Counter()
+        self.failures, self.kept = [], []
+        self.by_format, self.cases_by_format, self.seconds_by_format = Counter(), Counter(), Counter()
 
     def fail(self, what: str) -> None:
         assert self.failures is not None
@@ -190,13 +199,19 @@ def run_case(t: Tally, fmt: str, fn: Callable[[], Any], check: Callable[[Excepti
         t.fail(f"{fmt}: {what}: {type(e).__name__}: {e}")
         return
     t.slowest = max(t.slowest, time.perf_counter() - t0)
+    assert t.seconds_by_format is not None
+    t.seconds_by_format[fmt] += time.perf_counter() - t0
     if err is not None:
         t.rejected += 1
         msg = str(err)
         if "\n" in msg or "\r" in msg or len(msg) > 600:
             t.fail(f"{fmt}: {what}: message not one short line: {msg[:200]!r}")
+    elif getattr(out, "exit_code", 0) != 0:  # a CLI invocation that refused its options
+        t.rejected += 1
     else:
         t.accepted += 1
+        if isinstance(out, Workload) and t.kept is not None and t.accepted % 25 == 1:
+            t.kept.append(out)
     bad = check(err, out)
     if bad:
         t.fail(f"{fmt}: {what}: {bad}")
@@ -428,11 +443,70 @@ def fuzz_clusters(tmp: Path, n: int, t: Tally) -> None:
         run_case(t, "cluster", lambda s=spec: load_cluster(s), check, repr(spec[:80]), rows=0)
 
 
+def simulate_accepted(t: Tally, models: PerfModels) -> int:
+    """Every kept accepted workload runs through the simulator within the per-case limit (no hang)."""
+    nodes = parse_cluster("2x4:t4")
+    for w in t.kept or []:
+        def run(w: Workload = w) -> Any:
+            return simulate(w, make_policy("fifo"), nodes, models, SimConfig(restart_cost=0.0))
+
+        def check(err: Exception | None, out: Any) -> str | None:
+            return f"simulator rejected an accepted workload: {err}" if err is not None else None
+        run_case(t, "simulate", run, check, f"simulate {w.source}", rows=0)
+    return len(t.kept or [])
+
+
+def fuzz_cli(tmp: Path, n: int, t: Tally) -> None:
+    """`sim run` / `sim compare` with one or more mutated options: exit 2 and one `error:` line, or a clean run."""
+    rng = random.Random(SEED + 4)
+    runner = CliRunner()
+    (tmp / "cli-file").write_text("x")
+    (tmp / "cli-dir").mkdir(exist_ok=True)
+    bad_csv = tmp / "cli-bad.csv"
+    bad_csv.write_text("name,time,application,num_replicas,batch_size\na,0,ncf,nan,256\n")
+    choices = {
+        "--seed": ["0", "5", *NASTY, "4294967296", "1e3"],
+        "--cluster": ["1x4:t4", "100000000x4:t4", "4x65", "0x4", "１x4", "1x4:t 4", str(tmp / "no.yaml"), ""],
+        "-w": ["synthetic:num_jobs=2,rate=60", "synthetic:num_jobs=0", "synthetic:bogus=1", "philly:sample=abc",
+               str(tmp / "cli-dir"), str(bad_csv), "pollux:nope", "", "x\x00"],
+        "--out": [str(tmp / "cli-out"), str(tmp / "cli-file"), str(tmp / "cli-file" / "sub"), "x\x00"],
+        "--restart-cost": ["0", "30", *NASTY, "86401"],
+        "-p": ["fifo", "nope", "", "fifo,srtf"],
+        "--policies": ["fifo", "fifo,nope", ",", "fifo,fifo", "nope"],
+    }
+    good = {"--seed": "0", "--cluster": "1x4:t4", "-w": "synthetic:num_jobs=2,rate=60", "--out": str(tmp / "cli-out"),
+            "--restart-cost": "0", "-p": "fifo", "--policies": "fifo"}
+    for _ in range(n):
+        cmd = rng.choice(["run", "compare"])
+        keys = ["--seed", "--cluster", "-w", "--out"] + (["--restart-cost", "-p"] if cmd == "run" else ["--policies"])
+        opts = dict(good)
+        for k in rng.sample(keys, rng.randint(1, 2)):
+            opts[k] = rng.choice(choices[k][1:])  # mostly bad values; a valid run (plots, files) costs ~1 s
+        args = ["sim", cmd, *[x for k in keys for x in (k, opts[k])]]
+        valid = all(opts[k] == good[k] or (k, opts[k]) in (("--seed", "5"), ("--seed", "1e3"), ("--restart-cost",
+                                                                                                   "30")) for k in keys)
+
+        def invoke(args: list[str] = args) -> Any:
+            return runner.invoke(app, args)
+
+        def check(err: Exception | None, r: Any, valid: bool = valid) -> str | None:
+            if r.exception is not None and not isinstance(r.exception, SystemExit):
+                return f"{type(r.exception).__name__}: {r.exception}"
+            if r.exit_code == 0:
+                return None if valid else "invalid options accepted (exit 0)"
+            lines = r.stderr.strip().splitlines()
+            if r.exit_code != 2 or len(lines) != 1 or not lines[0].startswith("error: "):
+                return f"exit {r.exit_code}, stderr {r.stderr[:200]!r}"
+            return "valid options rejected: " + lines[0] if valid else None
+        run_case(t, "cli", invoke, check, repr(args)[:200], rows=0)
+
+
 def _report(t: Tally, seconds: float, name: str) -> None:
     assert t.by_format is not None and t.cases_by_format is not None
     summary = {"seed": SEED, "suite": name, "malformed_rows": t.rows, "cases": t.files, "accepted": t.accepted,
                "rejected": t.rejected, "rows_by_format": {k: v for k, v in t.by_format.items() if v},
                "cases_by_format": dict(t.cases_by_format), "formats": len(t.cases_by_format),
+               "seconds_by_format": {k: round(v, 1) for k, v in (t.seconds_by_format or {}).items()},
                "slowest_case_s": round(t.slowest, 3), "seconds": round(seconds, 1), "failures": t.n_failures}
     print(json.dumps(summary))
     out = os.environ.get("ELASTISCHED_FUZZ_OUT")
@@ -451,10 +525,12 @@ def test_fuzz_workload_rows_and_specs(tmp_path: Path, models: PerfModels) -> Non
     fuzz_files(tmp_path, models, 600, t)
     fuzz_specs(models, 1200, t)
     fuzz_clusters(tmp_path, 1200, t)
+    fuzz_cli(tmp_path, 200, t)
+    simulated = simulate_accepted(t, models)
     _report(t, time.perf_counter() - t0, "workloads")
     assert not t.failures, "\n".join(t.failures or [])
-    assert t.rows >= 10_000 and len(t.by_format or {}) >= 9
-    assert t.accepted > 0 and t.rejected > 0
+    assert t.rows >= 10_000 and len(t.cases_by_format or {}) >= 11
+    assert t.accepted > 0 and t.rejected > 0 and simulated >= 20
 
 
 def test_fuzz_ones_rows(tmp_path: Path, models: PerfModels) -> None:
