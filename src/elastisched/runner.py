@@ -14,6 +14,7 @@ from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, make_policy
 from elastisched.sim import LoanTimeline, SimConfig, SimResult, simulate
 from elastisched.workloads import Workload, load_workload
+from elastisched.workloads.schema import RESTART_COST
 
 DEFAULT_CLUSTER = "16x4:t4"
 
@@ -76,6 +77,11 @@ def _bad_constant(spec: str, c: str) -> None:
 
 def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = None,
           restart_cost: float | None = None) -> RunSetup:
+    if restart_cost is not None:
+        try:
+            RESTART_COST.check(float(restart_cost))
+        except (TypeError, ValueError) as e:
+            raise ConfigError("--restart-cost", restart_cost, str(e)) from None
     models = PerfModels.load(profiles, restart_cost=restart_cost)
     nodes = load_cluster(cluster)
     wl = load_workload(workload, models)

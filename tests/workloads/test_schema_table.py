@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from elastisched.core.errors import ConfigError
+from elastisched.runner import setup
 from elastisched.workloads.schema import FIELDS, GPUS, LR, SEED, parse_number
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
@@ -45,3 +50,20 @@ def test_ranges_bound_both_ends_and_integers() -> None:
     assert SEED("4294967295") == 2**32 - 1
     with pytest.raises(ValueError):
         SEED("-1")
+
+
+@settings(max_examples=600, derandomize=True, deadline=None)
+@given(st.text(max_size=40) | st.from_regex(r"[-+]?[0-9_١-٩０-９.eE]{1,12}", fullmatch=True))
+def test_any_text_is_a_plain_finite_number_or_refused(text: str) -> None:
+    try:
+        x = parse_number(text)
+    except ValueError:
+        return
+    assert math.isfinite(x) and text.strip(" ").isascii() and "_" not in text and "+" not in text.strip(" ")[:1]
+    assert x == float(text.strip(" "))
+
+
+def test_setup_refuses_a_bad_restart_cost() -> None:
+    for bad in (-1.0, math.nan, math.inf, 1e9):
+        with pytest.raises(ConfigError, match="--restart-cost"):
+            setup("synthetic:num_jobs=2", "1x4:t4", restart_cost=bad)
