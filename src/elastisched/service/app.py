@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from elastisched.service.auth import TOKEN_RE, Authenticator, Principal
 from elastisched.service.daemon import Service
+from elastisched.service.dashapi import add_routes
 from elastisched.service.logstream import Follows
 from elastisched.service.schemas import (
     JOB_ID,
@@ -150,10 +151,12 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
             raise HTTPException(status.HTTP_409_CONFLICT, f"job_id: job {row['id']} is already {row['state']}")
         return row
 
+    add_routes(app, service, principal)  # read-only: utilisation, scheduler, reasons, log tail
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     @app.get("/dashboard", response_class=HTMLResponse)
     def dashboard() -> str:
-        """A page that polls /v1/status, /v1/nodes, /v1/jobs and /v1/loans every 2 s (token from #token=...)."""
+        """A page that polls the API with the user's token (from #token=...): jobs, nodes, scheduler, utilisation."""
         return DASHBOARD
 
     @app.get("/healthz")
