@@ -190,3 +190,15 @@ def test_real_binary_gives_one_line_and_exit_2(tmp_path: Path) -> None:
         assert p.returncode == 2, p.stderr
         assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ") and expect in p.stderr, p.stderr
         assert not out.exists()
+
+
+def test_restart_cost_zero_is_zero(tmp_path: Path) -> None:
+    """`--restart-cost 0` was read as "unset" (30 s): the three runs must give three different JCTs."""
+    jct = {}
+    for cost in ("0", "1", "30"):
+        out = tmp_path / cost
+        r = runner.invoke(app, ["sim", "run", "-w", "synthetic:num_jobs=20,rate=40,seed=2", "-p", "tiresias",
+                                "--cluster", "2x4:t4", "--out", str(out), "--restart-cost", cost])
+        assert r.exit_code == 0, r.output
+        jct[cost] = json.loads((out / "summary.json").read_text())["avg_jct"]
+    assert jct["0"] < jct["1"] < jct["30"]
