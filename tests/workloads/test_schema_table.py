@@ -67,3 +67,22 @@ def test_setup_refuses_a_bad_restart_cost() -> None:
     for bad in (-1.0, math.nan, math.inf, 1e9):
         with pytest.raises(ConfigError, match="--restart-cost"):
             setup("synthetic:num_jobs=2", "1x4:t4", restart_cost=bad)
+
+
+def test_check_job_fast_and_detailed_paths_agree() -> None:
+    import dataclasses
+
+    import numpy as np
+
+    from elastisched.core.types import JobSpec
+    from elastisched.workloads.schema import check_job
+
+    ok = JobSpec("a", 0.0, "ncf", 4, 256, min_gpus=4, max_gpus=4, work_scale=0.5, duration=60.0)
+    assert check_job(ok) is None
+    assert check_job(dataclasses.replace(ok, num_gpus=np.int64(4))) is None  # numpy ints: the detailed path
+    for change, column in ((dict(num_gpus=0), "num_gpus"), (dict(num_gpus=4.5), "num_gpus"),
+                           (dict(batch_size=2**21), "batch_size"), (dict(submit_time=math.nan), "submit_time"),
+                           (dict(work_scale=math.inf), "work_scale"), (dict(duration=0.0), "duration"),
+                           (dict(min_gpus=8), "min_gpus"), (dict(job_id="a\nb"), "name"), (dict(job_id=""), "name")):
+        bad = check_job(dataclasses.replace(ok, **change))
+        assert bad is not None and bad.startswith(column + ":"), (change, bad)

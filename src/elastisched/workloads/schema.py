@@ -41,6 +41,11 @@ def _short(value: object, limit: int = 60) -> object:
     return value
 
 
+def looks_numeric(text: str) -> bool:
+    """True when `text` has the shape of a plain decimal (it may still be out of range)."""
+    return _NUMBER.fullmatch(text.strip(" ")) is not None
+
+
 def parse_number(text: str) -> float:
     """A finite ASCII decimal; `ValueError` (with the reason) for anything else."""
     s = text.strip(" ")
@@ -260,6 +265,14 @@ def require_columns(path: str, header: list[str], required: tuple[str, ...]) -> 
 
 def check_job(spec: JobSpec) -> str | None:
     """The first field of a `JobSpec` outside the schema's ranges, as 'column: why' (None when valid)."""
+    d, mx, g = spec.duration, spec.max_gpus, GPUS.hi
+    if (0.0 <= spec.submit_time <= MAX_TIME and type(spec.num_gpus) is int and 1 <= spec.num_gpus <= g
+            and type(spec.batch_size) is int and 1 <= spec.batch_size <= BATCH.hi
+            and type(spec.min_gpus) is int and 1 <= spec.min_gpus <= g
+            and (mx is None or (type(mx) is int and spec.min_gpus <= mx <= g))
+            and 0.0 < spec.work_scale <= WORK_SCALE.hi and (d is None or 0.0 < d <= MAX_TIME)
+            and 0 < len(spec.job_id) <= MAX_NAME and spec.job_id.isprintable() and spec.job_id == spec.job_id.strip()):
+        return None  # the common case, without building messages; anything else is explained below
     checks: tuple[tuple[str, Field, float | None], ...] = (
         ("submit_time", SUBMIT_TIME, spec.submit_time), ("num_gpus", GPUS, spec.num_gpus),
         ("batch_size", BATCH, spec.batch_size), ("min_gpus", GPUS, spec.min_gpus),

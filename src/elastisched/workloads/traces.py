@@ -39,6 +39,7 @@ from elastisched.workloads.schema import (
     csv_rows,
     file_digest,
     finish,
+    looks_numeric,
     read_text,
     require_columns,
 )
@@ -54,11 +55,10 @@ def bundled_philly() -> Path:
 def _parse_time(v: str) -> float:
     """Unix seconds, or an ISO 8601 date (a date without a zone is read as UTC, so runs do not depend on
     the machine's time zone)."""
-    try:
+    if looks_numeric(v):
         return float(RAW_TIMESTAMP(v))
-    except ValueError as e:
-        if not (v.isascii() and "-" in v and len(v) <= 40):
-            raise ValueError(f"{e}; or an ISO date such as 2017-10-09 07:01:55") from None
+    if not (v.isascii() and len(v) <= 40):
+        raise ValueError("not a number of seconds nor an ISO date such as 2017-10-09 07:01:55")
     try:
         dt = datetime.fromisoformat(v.strip())
     except ValueError:
