@@ -316,7 +316,7 @@ def fuzz_files(tmp: Path, models: PerfModels, n: int, t: Tally) -> None:
     for k in range(n):
         base = rng.choice([good, raw])
         kind = rng.choice(["bom", "cr", "crlf", "gz-trunc", "gz-garbage", "empty", "header-only", "header-typo",
-                           "nul", "huge-field", "not-utf8", "quote"])
+                           "nul", "huge-field", "not-utf8", "quote", "wide-header", "wide-row"])
         data = base.encode()
         suffix = ".csv"
         must_load = kind in ("bom", "cr", "crlf")
@@ -344,6 +344,10 @@ def fuzz_files(tmp: Path, models: PerfModels, n: int, t: Tally) -> None:
             data = data + b"\xff\xfe,1,2\n"
         elif kind == "quote":
             data = data.replace(b"\n", b'\n"', 1)
+        elif kind == "wide-header":  # 100k columns: nothing may be quadratic in the header width
+            data = b",".join(b"c%d" % i if rng.random() < 0.5 else b"" for i in range(100_000)) + b"\n" + data
+        elif kind == "wide-row":
+            data = data + b"1," * 100_000 + b"\n"
         path = tmp / f"file-{k}{suffix}"
         path.write_bytes(data)
 

@@ -19,6 +19,7 @@ import hashlib
 import io
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,7 +190,7 @@ def read_bytes(path: str | Path) -> bytes:
         with gzip.GzipFile(fileobj=io.BytesIO(raw)) as g:
             data = g.read(MAX_FILE_BYTES + 1)
     except (OSError, EOFError, zlib.error) as e:
-        raise WorkloadError(p, 0, "file", p, f"not a valid gzip file: {e or type(e).__name__}") from None
+        raise WorkloadError(p, 0, "file", p, f"not a valid gzip file: {str(e) or type(e).__name__}") from None
     if len(data) > MAX_FILE_BYTES:
         raise WorkloadError(p, 0, "file", p, f"decompresses to more than {MAX_FILE_BYTES} bytes")
     return data
@@ -201,7 +202,7 @@ def read_text(path: str | Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
+        line = len(re.findall(rb"\r\n|\r|\n", data[:e.start])) + 1  # the line as csv_rows counts it
         bad = data[e.start:e.start + 1]
         raise WorkloadError(str(path), line, "encoding", bad, f"not UTF-8 text (byte offset {e.start})") from None
 
@@ -220,7 +221,7 @@ def csv_rows(path: str | Path, text: str) -> tuple[list[str], Iterator[tuple[int
             raise WorkloadError(p, reader.line_num, "row", None, f"malformed CSV: {e}") from None
 
     header = [h.strip() for h in (nxt() or [])]
-    dupes = sorted({h for h in header if header.count(h) > 1})
+    dupes = sorted(h for h, n in Counter(header).items() if n > 1)  # (not list.count: a wide header is O(n))
     if dupes:
         raise WorkloadError(p, 1, dupes[0], None, "column appears more than once in the header")
 
