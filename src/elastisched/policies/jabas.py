@@ -31,7 +31,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, NodeView, PendingReason
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, NodeView, PendingReason
 from elastisched.models.application import Application
 from elastisched.models.iidp_config import IIDPConfig
 from elastisched.models.iidp_pollux import PolluxIIDP
@@ -77,7 +77,7 @@ class JabasPolicy(Policy):
 
     def __init__(self, objective: Objective = "time", similarity_target: float = 0.1, adjust_interval: int = 100,
                  max_candidates: int = 256, move_horizon: int = 1, adaptive: bool = True,
-                 autoscale: bool = True) -> None:
+                 autoscale: bool = True, grow_idle: bool = False, order: str = "las") -> None:
         if objective not in ("time", "cost"):
             raise ValueError(f"objective must be 'time' or 'cost', got {objective!r}")
         self.objective: Objective = objective
@@ -87,6 +87,10 @@ class JabasPolicy(Policy):
         self.move_horizon = move_horizon
         self.adaptive = adaptive
         self.autoscale = autoscale
+        self.grow_idle = grow_idle
+        if order not in ("submit", "las"):
+            raise ValueError(f"order must be 'submit' or 'las', got {order!r}")
+        self.order = order
         self._jobs: dict[str, dict[str, int]] = {}  # job -> {"gbs", "epoch", "step"} at its epoch's start
         self._sched: dict[str, Schedule] = {}  # job -> this epoch's GBS schedule (derived, not state)
         self._perf: dict[int, tuple[Application, PolluxIIDP, PolluxGradTrace, int]] = {}
@@ -152,21 +156,27 @@ class JabasPolicy(Policy):
         ntype = {n.node_id: n.gpu_type for n in snap.nodes}
         apps = {jid: _application(job, ctx) for jid, job in snap.jobs.items()}
         replan: dict[str, bool] = {}
+        total = sum(n.num_gpus for n in snap.nodes)
+        share = math.ceil(total / max(len(snap.jobs), 1))
+        idle = total - sum(j.allocation.gpus for j in snap.jobs.values())
         for jid, job in snap.jobs.items():
             st = self._jobs.get(jid)
             replan[jid] = (not job.is_running or st is None or apps[jid] is None
                            or (self.autoscale and st["epoch"] != job.epoch)
-                           or any(n not in cap for n in job.allocation.nodes))
+                           or any(n not in cap for n in job.allocation.nodes)
+                           or (self.grow_idle and self.autoscale and idle > 0
+                               and job.allocation.gpus < min(_hi(job.spec), share)))
             if not replan[jid]:
                 for n, g in job.allocation.placement:
                     cap[n] -= g
         if any(v < 0 for v in cap.values()):  # inconsistent snapshot: re-plan everything
             cap = {n.node_id: n.num_gpus for n in snap.nodes}
             replan = dict.fromkeys(snap.jobs, True)
-        share = math.ceil(sum(n.num_gpus for n in snap.nodes) / max(len(snap.jobs), 1))
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
-        for jid, job in snap.jobs.items():
+        order = snap.jobs.items() if self.order == "submit" else sorted(
+            snap.jobs.items(), key=lambda x: (x[1].attained_service, x[1].spec.submit_time, x[0]))
+        for jid, job in order:
             app = apps[jid]
             if app is None:
                 reasons[jid] = PendingReason.NO_PROFILE
@@ -210,7 +220,7 @@ class JabasPolicy(Policy):
         self._jobs[spec.job_id]["target"] = gbs
         upper = self.batch_config(app).upper_bound
         lo = spec.min_gpus if spec.elastic else 1
-        hi = min(spec.gpu_cap if spec.elastic else max(spec.num_gpus, spec.gpu_cap), max(share, lo))
+        hi = min(_hi(spec), max(share, lo))
         types = [t for t in app.gpu_types if not spec.gpu_types or t in spec.gpu_types]
         free_t = {t: sum(v for n, v in avail.items() if ntype[n] == t and v > 0) for t in types}
         types = [t for t in types if free_t.get(t, 0) > 0]
@@ -233,6 +243,11 @@ class JabasPolicy(Policy):
             if best is None or key < best[:2]:
                 best = (*key, _alloc(placement, used[0]))
         return None if best is None else best[2]
+
+
+def _hi(spec: JobSpec) -> int:
+    """Most GPUs auto-scaling may give: the elastic cap, else the larger of request and cap."""
+    return spec.gpu_cap if spec.elastic else max(spec.num_gpus, spec.gpu_cap)
 
 
 def _pack(counts: Mapping[str, int], avail: Mapping[str, int], ntype: Mapping[str, str],

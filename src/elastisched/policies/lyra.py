@@ -9,6 +9,10 @@ One round:
 1. **Phase 1, SJF** (lyra.md §2.2, §7 rows 5–7): running jobs keep their base (inelastic: all their GPUs;
    elastic: `min_gpus`); pending jobs, shortest predicted remaining time at base size first, get their base
    when it fits in the free GPUs of an allowed type, else they wait and later jobs may pass (backfill).
+   `preempt` = r > 0 (default 2; ours, issue 13): a running *inelastic* job joins that SJF order with its
+   predicted remaining time divided by r, so a pending job displaces it only when r times shorter (its
+   checkpoint is kept; the restart is then paid). Without it, on the Pollux workloads (every job inelastic,
+   no loans) long jobs hold the cluster and Lyra queued ~4× longer than Tiresias (docs/seeds.md).
 2. **Phase 2, MCKP** (lyra.md §2.2, §7 row 8): per GPU type, each admitted elastic job is a group with items
    "k extra GPUs", weight k, value = the JCT reduction k extras buy (`value`, below); capacity = that type's
    free GPUs after phase 1. Solved exactly by DP (`_mckp.solve_dp`) when items × capacity ≤ `exact_budget`, else
@@ -111,7 +115,7 @@ class LyraPolicy(Policy):
     def __init__(self, reclaim: str = "greedy", elastic_scaling: bool = True, solver: str = "auto",
                  exact_budget: int = 4_000_000, rescale_penalty: float = 1.0, check_mckp: bool = False,
                  periodic: bool = False, compare_reclaim: bool = False, milp_max_servers: int = 64,
-                 value: str = "rate", colocate: bool = True) -> None:
+                 value: str = "rate", colocate: bool = True, preempt: float = 2.0) -> None:
         if reclaim not in METHODS:
             raise ValueError(f"reclaim={reclaim!r}: known {', '.join(METHODS)}")
         if solver not in ("auto", "dp", "greedy"):
@@ -119,6 +123,7 @@ class LyraPolicy(Policy):
         if value not in VALUES:
             raise ValueError(f"value={value!r}: known {', '.join(VALUES)}")
         self.value = value
+        self.preempt = preempt
         self.colocate = colocate
         self.reclaim = reclaim
         self.elastic_scaling = elastic_scaling
@@ -193,7 +198,7 @@ class LyraPolicy(Policy):
                 per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
         capacity = dict(free)  # the cluster as it is after the reclaim
         admitted: list[_Job] = []
-        pending: list[tuple[float, float, str, JobView, list[str]]] = []
+        pending: list[tuple[float, float, str, JobView, list[str], tuple[tuple[NodeId, int], ...]]] = []
         reasons: dict[str, PendingReason] = {}
         for jid, job in snap.jobs.items():
             cur = job.allocation.placement
@@ -207,6 +212,10 @@ class LyraPolicy(Policy):
                 t = node_type[surv[0][0]]
                 g = sum(x for _, x in surv)
                 base = min(spec.min_gpus, g) if elastic else g
+                if self.preempt > 0 and not disturbed and not elastic and ctx.perf is not None:
+                    sjf = float(self._times(ctx, job, t, base, 0, per_node[t])[0]) / self.preempt
+                    pending.append((sjf, spec.submit_time, jid, job, [t], surv))
+                    continue
                 free[t] -= base
                 admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), surv, disturbed))
                 continue
@@ -217,19 +226,19 @@ class LyraPolicy(Policy):
                 continue
             t0 = types[0]
             sjf = float(self._times(ctx, job, t0, base, 0, per_node[t0])[0])
-            pending.append((sjf, spec.submit_time, jid, job, types))
+            pending.append((sjf, spec.submit_time, jid, job, types, ()))
         pending.sort(key=lambda x: (x[0], x[1], x[2]))
-        for _, _, jid, job, types in pending:
+        for _, _, jid, job, types, surv in pending:
             spec = job.spec
             elastic = self.elastic_scaling and spec.elastic
-            base = spec.min_gpus if elastic else spec.num_gpus
+            base = sum(g for _, g in surv) if surv else spec.min_gpus if elastic else spec.num_gpus
             fit = [t for t in types if free[t] >= base]
             if not fit:
-                reasons[jid] = PendingReason.RESOURCES
+                reasons[jid] = PendingReason.PREEMPTED if surv else PendingReason.RESOURCES
                 continue
             t = max(fit, key=lambda x: (x in train_types, free[x]))  # a training-server type first
             free[t] -= base
-            admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), (), False))
+            admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), surv, False))
         local = self._local_room(snap, admitted, gone) if self.colocate else {}
         extra = self._phase2(snap, ctx, admitted, free, per_node, local)
         wants = [Want(j.view.job_id, j.base + extra.get(j.view.job_id, 0), j.base, j.gpu_type, j.current)
