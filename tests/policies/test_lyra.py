@@ -195,3 +195,19 @@ def test_base_prefers_the_training_servers_type_over_a_larger_loaned_type() -> N
     assert gpus(d, "J") == {"v0": 2}
     d2 = LyraPolicy().schedule(snap(ns, view(spec("K", 8, 100.0))), CTX)
     assert gpus(d2, "K") == {"l0": 4, "l1": 4}
+
+
+@pytest.mark.parametrize(("short_progress", "preempt", "runs"), [
+    (0.9, 2.0, "short"),  # 10x shorter than the running job's remaining time: displaces it
+    (0.4, 2.0, "long"),  # 1.67x shorter: below the factor 2, the running job keeps its GPUs
+    (0.9, 0.0, "long"),  # preempt off: non-preemptive SJF, as before issue 13
+])
+def test_running_inelastic_job_is_displaced_only_by_a_much_shorter_one(models: object, short_progress: float,
+                                                                       preempt: float, runs: str) -> None:
+    s = snap(nodes(1, 0), view(spec("long", 4, 1000.0), (("t0", 4),)),
+             view(spec("short", 4, 1000.0, t=5.0), progress=short_progress))
+    ctx = PolicyContext(perf=models, rng=np.random.default_rng(0))  # type: ignore[arg-type]
+    d = LyraPolicy(preempt=preempt).schedule(s, ctx)
+    assert set(d.allocations) == {runs}
+    other = "long" if runs == "short" else "short"
+    assert d.reasons[other] == (PendingReason.PREEMPTED if other == "long" else PendingReason.RESOURCES)

@@ -212,7 +212,8 @@ class LyraPolicy(Policy):
                 t = node_type[surv[0][0]]
                 g = sum(x for _, x in surv)
                 base = min(spec.min_gpus, g) if elastic else g
-                if self.preempt > 0 and not disturbed and not elastic and ctx.perf is not None:
+                model = job_model(job, ctx) if self.preempt > 0 and not disturbed and not elastic else None
+                if model is not None and t in model.gpu_types:  # displaceable only where it is predicted
                     sjf = float(self._times(ctx, job, t, base, 0, per_node[t])[0]) / self.preempt
                     pending.append((sjf, spec.submit_time, jid, job, [t], surv))
                     continue
