@@ -174,3 +174,30 @@ def test_batch_follows_the_schedule_inside_an_epoch_on_the_same_gpus(sia: PerfMo
     c = pol.schedule(_snap(HET, {"j": running}, 120.0), ctx).allocations["j"]
     assert sorted(c.placement) == sorted(b.placement)
     assert (c.batch_size or 0) > (b.batch_size or 0) and c.local_batch is not None
+
+
+T4 = (NodeView("n0", "t4", 4, index=0),)
+
+
+def test_las_order_serves_the_least_attained_job_first(models: PerfModels) -> None:
+    """Three 4-GPU jobs on 4 GPUs (fair share 2): the two served first get 2 each, the third waits."""
+    jobs = {"old": JobView(JobSpec("old", 0.0, "cifar10", 4, 512), JobPhase.PENDING, Allocation(),
+                           attained_service=9000.0)}
+    for jid, t in (("a", 50.0), ("b", 60.0)):
+        jobs[jid] = JobView(JobSpec(jid, t, "cifar10", 4, 512), JobPhase.PENDING, Allocation())
+    ctx = PolicyContext(perf=models)
+    las = JabasPolicy().schedule(_snap(T4, jobs), ctx)
+    assert set(las.allocations) == {"a", "b"}  # the job with 9000 GPU-s of service waits
+    fifo = JabasPolicy(order="submit").schedule(_snap(T4, jobs), ctx)
+    assert set(fifo.allocations) == {"old", "a"}
+
+
+def test_grow_idle_replans_a_small_job_mid_epoch(models: PerfModels) -> None:
+    """An imagenet job (long epochs) left on 1 of its 4 GPUs with the rest idle: re-planned mid-epoch."""
+    spec = JobSpec("j", 0.0, "imagenet", 4, 400)
+    small = JobView(spec, JobPhase.RUNNING, Allocation((("n0", 1),), batch_size=400), epoch=0, batch_size=400)
+    for grow, want in ((True, 4), (False, 1)):
+        pol = JabasPolicy(grow_idle=grow)
+        pol.load_state_dict({"jobs": {"j": {"gbs": 400, "epoch": 0, "step": 1}}})
+        a = pol.schedule(_snap(T4, {"j": small}, 60.0), PolicyContext(perf=models)).allocations["j"]
+        assert a.gpus == want

@@ -3,7 +3,12 @@ epoch-level auto-scaling, for several jobs sharing a heterogeneous cluster (``do
 
 The paper scales **one** job over the servers it owns (digest §2(c)).  Cluster-level reading (ours):
 
-* **Offer.**  Jobs are served in submission order.  A job is *offered* the GPUs that no earlier job keeps,
+* **Order** (``order``; ours, issue 13).  ``"las"`` (default): jobs being (re-)planned are served least
+  attained service first (Tiresias's order), so a long job re-planned at its epoch end yields to new short
+  ones; ``"submit"``: submission order (before: on the Pollux workloads long jobs kept the cluster).
+  ``grow_idle`` (default on; ours): a running job below ``min(cap, fair share)`` is re-planned whenever GPUs
+  are idle, not only at its epoch end (long epochs left GPUs idle while jobs ran small).
+* **Offer.**  Jobs are served in that order.  A job is *offered* the GPUs that no earlier job keeps,
   capped at its fair share ``⌈total GPUs / active jobs⌉`` (and at ``spec.min_gpus..gpu_cap`` for elastic
   jobs); GPU types are those its application is profiled on and its spec allows.
 * **Auto-scaling.**  A job is re-planned when it has no GPUs, or at an epoch boundary (``JobView.epoch``
@@ -77,7 +82,7 @@ class JabasPolicy(Policy):
 
     def __init__(self, objective: Objective = "time", similarity_target: float = 0.1, adjust_interval: int = 100,
                  max_candidates: int = 256, move_horizon: int = 1, adaptive: bool = True,
-                 autoscale: bool = True, grow_idle: bool = False, order: str = "las") -> None:
+                 autoscale: bool = True, grow_idle: bool = True, order: str = "las") -> None:
         if objective not in ("time", "cost"):
             raise ValueError(f"objective must be 'time' or 'cost', got {objective!r}")
         self.objective: Objective = objective
