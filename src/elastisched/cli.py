@@ -135,28 +135,15 @@ def sim_compare(workload: WorkloadOpt, out: OutOpt,
     console.print(f"report: {out / 'report.html'}")
 
 
-@reproduce_app.command("pollux")
-def reproduce_pollux(out: OutOpt, policies: Annotated[str, typer.Option(help="Policies with reference results.")]
-                     = "tiresias,optimus") -> None:
-    """Fidelity check: the 8 Pollux workloads on 16x4 T4 against the Pollux artifact's own avg JCTs."""
-    from elastisched.report.fidelity import run_fidelity
-
-    with _errors(), progress_bars() as bars:
-        result = run_fidelity(out, [p.strip() for p in policies.split(",")], bars)
-    for pol, r in result["policies"].items():
-        console.print(f"{pol}: mean avg JCT {r['mean_avg_jct']:.1f} s vs artifact {r['reference_mean']:.1f} s "
-                      f"({r['mean_error']:+.2%}); worst workload {r['worst_error']:+.2%}")
-    console.print(f"report: {out / 'report.html'}")
-
-
 def _optional_plugins() -> None:
-    """Commands contributed by optional parts (training library, Lyra, ONES, JABAS, service)."""
+    """Commands contributed by optional parts (training library, service) and one `reproduce NAME` command per
+    registered experiment (`experiments/`, generated from its Config by `reproduce_cli`)."""
     import importlib
 
-    for module, target in (("elastisched.train.commands", app), ("elastisched.loaning.reproduce", reproduce_app),
-                           ("elastisched.report.ones_reproduce", reproduce_app),
-                           ("elastisched.report.jabas_reproduce", reproduce_app),
-                           ("elastisched.service.commands", app)):
+    from elastisched.reproduce_cli import add_commands
+
+    add_commands(reproduce_app, progress_bars, _errors)
+    for module in ("elastisched.train.commands", "elastisched.service.commands"):
         try:
             mod = importlib.import_module(module)
         except ImportError as e:  # the part is absent, or its optional extra is not installed
@@ -164,14 +151,8 @@ def _optional_plugins() -> None:
                 continue
             raise
         register = getattr(mod, "register", None)
-        if register is None:
-            continue
-        if module == "elastisched.loaning.reproduce":
-            from elastisched.runner import lyra_runner
-
-            register(target, lyra_runner)
-        else:
-            register(target)
+        if register is not None:
+            register(app)
 
 
 _optional_plugins()

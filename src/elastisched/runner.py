@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import NodeView
 from elastisched.models.registry import PerfModels
-from elastisched.policies.base import Policy, make_policy
-from elastisched.sim import LoanTimeline, SimConfig, SimResult, simulate
+from elastisched.policies.base import make_policy
+from elastisched.sim import SimConfig, SimResult, simulate
 from elastisched.workloads import Workload, load_workload
 
 DEFAULT_CLUSTER = "16x4:t4"
@@ -64,10 +63,3 @@ def run_policies(s: RunSetup, policies: Sequence[str], seed: int = 0,
         out[name] = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed, progress=cb))
         out[name].summary["cluster_spec"] = s.cluster_spec
     return out
-
-
-def lyra_runner(workload: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels, plan: Any,
-                seed: int) -> SimResult:
-    """Simulator entry for `reproduce lyra` (loaning/ may not import the simulator, so it is handed this)."""
-    loans = LoanTimeline(plan.steps, plan.gpu_type, plan.gpus_per_server) if plan is not None else None
-    return simulate(workload, policy, nodes, models, SimConfig(seed=seed, loans=loans))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from elastisched.report.fidelity import WORKLOADS, reference
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.policies.base import make_policy
-from elastisched.report.fidelity import WORKLOADS, reference
 from elastisched.sim import SimConfig, simulate
 from elastisched.workloads import load_workload
 

@@ -50,6 +50,7 @@ class ExperimentResult:
     tables: list[Table] = field(default_factory=list)
     figures: dict[str, bytes] = field(default_factory=dict)  # file name (…png) → PNG bytes; each titled, labelled
     data: dict[str, Any] = field(default_factory=dict)  # everything else that goes to NAME.json
+    files: dict[str, bytes | str] = field(default_factory=dict)  # other outputs by file name, e.g. per-run CSVs
 
     @property
     def passed(self) -> bool:
