@@ -7,10 +7,10 @@ Set-up (every choice is a field of `LyraConfig`, hence an option of the command)
   GPUs) and `max_gpus = max_factor × num_gpus` (lyra.md §5 "substitutes").
 - Training cluster: 4-GPU T4 servers (plus one smaller server for a remainder); the GPU count is chosen by
   bisection so that the baseline's average queuing delay is `target_queue` (3,000 s, the production figure
-  of lyra.md §1.1) within ±`tolerance` (servers alone are too coarse: one server moves it by ±30 %).
+  of lyra.md §1.1) within ±`tolerance` (whole servers are too coarse a step; docs/lyra.md).
 - Inference cluster: `inference_ratio` × training servers (1.0: the paper's inference clusters are at
   least as large as its training clusters, lyra.md §1.1), diurnal demand (`demand.diurnal`: peak 0.75,
-  trough 0.10, utilisation below 40 % for about half of every day), lent beyond `headroom` servers with a
+  trough 0.10; its low stretches are reported in the result), lent beyond `headroom` servers with a
   `notice`-second reclaim notice, a server lent only after `hold` seconds idle (`timeline.loan_plan`).
   By default both sides are T4 (the only bundled profiles). Heterogeneous: `train_gpu_type="v100"` with Sia's
   per-type profiles loaded (`reproduce lyra --profiles …/sia/traces --train-gpu v100`) makes the training

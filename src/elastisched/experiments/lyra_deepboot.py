@@ -13,8 +13,8 @@ of each:
   lent servers when a policy does not choose; DeepBoot's Tiresias instead loses `#inference` GPUs anywhere).
 - Inference: every task holds one GPU (`Job.__init__` forces `target_num_replicas = 1`) for its `duration`
   plus a start-up delay (`APPLICATIONS_DELAY['infer-*']`, 4–8 s) and a keep-alive of 30–120 s after it
-  (ATS-I `PROTECT` state, `calculate_protect_time`); we add a fixed 36 s (`pod_overhead`). The load is
-  light: ≈ 0.3 GPUs busy on average, ≈ 2.3 with the keep-alive.
+  (ATS-I `PROTECT` state, `calculate_protect_time`); we add a fixed 36 s (`pod_overhead`). The load it
+  leaves is reported in the result (`inference.mean_busy_servers`).
 - Training jobs: `num_replicas` and `batch_size` of the CSV. DeepBoot's Tiresias runs each job at exactly
   `num_replicas` GPUs and its batch size (`target_num_replicas`, `target_batch_size`); its Aryl treats a job
   as elastic between 0 (not running) and `num_replicas` (`get_afs_job_info`: `min_replicas=0`,

@@ -10,8 +10,8 @@ Costs (the same for every policy): a launch or resume pays `restart_cost` (30 s,
 in-place resize that keeps some of the job's GPUs pays `resize_cost` (`SimConfig.resize_cost`). ONES's
 artifact resizes in memory (ones.md §4: pause vote, new workers launched, parameter broadcast, regroup); the
 code does not measure that cost, so we use 8 s, the cold-start rescale downtime our own training library
-measured (docs/train.md "Benchmarks": median 7.9 s; the artifact launches fresh workers on scale-out, it
-has no warm pool), with 1 s (our warm-pool figure) as a sensitivity run in docs/ones.md.
+measured (docs/train.md "Benchmarks"; the artifact launches fresh workers on scale-out, it has no warm pool),
+with our warm-pool figure as a sensitivity run in docs/ones.md.
 
 `ones` runs with `ones_options` (default `TUNED`: deviation D1, new jobs start at their request within one
 node, the best of the ablation in docs/ones.md); the row `ones-faithful` runs the faithful configuration
