@@ -11,6 +11,8 @@ import pytest
 from elastisched.models import PerfModels
 from peer_data import MISSING, in_ci
 
+pytest_plugins = ("pytester",)  # tests/test_peer_data_rule.py runs pytest on planted test files
+
 #: skip reasons that mean "the shared data is not there" (ours, and older wordings still used by some tests)
 DATA_SKIP_WORDS = (MISSING, "peer-data", "../shared", "traces not found", "data not found")
 
