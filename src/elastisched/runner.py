@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
@@ -55,11 +56,14 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
 
 def run_policies(s: RunSetup, policies: Sequence[str], seed: int = 0,
                  progress: Callable[[str], Callable[[float, int, int], None] | None] | None = None,
-                 ) -> dict[str, SimResult]:
+                 options: dict[str, Any] | None = None) -> dict[str, SimResult]:
+    """Each policy on the same set-up; `options` become `PolicyContext.options` (data the caller loaded for a
+    policy, e.g. `{"ones_history": history_table(path)}`: policies do no I/O)."""
     out: dict[str, SimResult] = {}
     for name in policies:
         policy = make_policy(name)
         cb = progress(name) if progress else None
-        out[name] = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed, progress=cb))
+        out[name] = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed, progress=cb,
+                                                                                  options=dict(options or {})))
         out[name].summary["cluster_spec"] = s.cluster_spec
     return out
