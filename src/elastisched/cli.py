@@ -16,6 +16,7 @@ from rich.table import Table
 
 from elastisched import __version__
 from elastisched.core.errors import ElastischedError
+from elastisched.sweep_cli import register as register_sweep
 
 app = typer.Typer(help="elastisched: elastic scheduling of deep-learning training on shared GPU clusters.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -24,6 +25,7 @@ reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plot
                             no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
+register_sweep(sim_app, app)
 console = Console(stderr=True)
 
 WorkloadOpt = Annotated[str, typer.Option(
