@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from elastisched import __version__
+from elastisched.cli_common import console, progress_bars
+from elastisched.cli_common import errors as _errors
 from elastisched.core.errors import ElastischedError
 from elastisched.sweep_cli import register as register_sweep
 
@@ -26,7 +24,6 @@ reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plot
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
 register_sweep(sim_app, app)
-console = Console(stderr=True)
 
 WorkloadOpt = Annotated[str, typer.Option(
     "--workload", "-w", help="pollux:workload-N (bundled), philly[:sample=N,seed=S,days=D], "
@@ -38,29 +35,6 @@ ProfilesOpt = Annotated[str | None, typer.Option(
     "adding V100/A100/RTX profiles to the bundled Pollux T4 ones.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (runs are deterministic per seed).")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created; nothing written on failure).")]
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    try:
-        yield
-    except ElastischedError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
-
-
-@contextmanager
-def progress_bars() -> Iterator[Callable[[str], Callable[[float, int, int], None]]]:
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
-                  TextColumn("sim t={task.fields[t]}"), TimeElapsedColumn(), console=console,
-                  transient=not sys.stderr.isatty()) as prog:
-        def factory(name: str) -> Callable[[float, int, int], None]:
-            task = prog.add_task(name, total=None, t="0h")
-
-            def update(t: float, done: int, total: int) -> None:
-                prog.update(task, completed=done, total=total, t=f"{t / 3600:.1f}h")
-            return update
-        yield factory
 
 
 @app.command()

@@ -37,7 +37,8 @@ def _register_sweep(sim_app: typer.Typer) -> None:
         cell failed). Results equal serial runs: every cell is a deterministic simulation of its seed.
         """
         from elastisched import __version__
-        from elastisched.cli import _errors, console
+        from elastisched.cli_common import console
+        from elastisched.cli_common import errors as _errors
         from elastisched.report.sweep import write_sweep
         from elastisched.sweep import expand, make_cells, parse_seeds, run_sweep
 
@@ -91,7 +92,8 @@ def _register_plan(app: typer.Typer) -> None:
         import json
 
         from elastisched import __version__
-        from elastisched.cli import _errors, console
+        from elastisched.cli_common import console
+        from elastisched.cli_common import errors as _errors
         from elastisched.core.errors import ConfigError
         from elastisched.plan import analyse, cluster_specs, plan_plot
         from elastisched.report import html
