@@ -14,7 +14,9 @@ from elastisched.report.experiment import write_result
 
 
 def test_small_lyra_run_writes_lyra_json(tmp_path: Path) -> None:
-    cfg = LyraConfig(days=2.0, sample=150, fixed_servers=6, variants=("deepboot", "random"))
+    peer = tmp_path / "tiny.csv"
+    peer.write_text(DEEPBOOT_CSV)
+    cfg = LyraConfig(days=2.0, sample=150, fixed_servers=6, variants=("deepboot", "random"), peer=peer)
     res = Lyra().run(cfg)
     write_result(res, tmp_path)
     saved = json.loads((tmp_path / "lyra.json").read_text())
@@ -31,6 +33,7 @@ def test_small_lyra_run_writes_lyra_json(tmp_path: Path) -> None:
     assert same["milp"] <= same["greedy"]
     assert 0.98 <= data["mckp_optimality"] <= 1.0 + 1e-9
     assert data["inference"]["fraction_below_40pct"] > 0.3
+    assert data["deepboot_peer"]["training_jobs"] == 3 and (tmp_path / "deepboot_cdf.png").exists()  # --peer
     # the verdicts are the bars, computed from the same figures
     jct = next(v for v in res.verdicts if v.claim.startswith("JCT"))
     assert jct.measured == data["jct_reduction"] and jct.passed == (data["jct_reduction"] >= 1.48)
