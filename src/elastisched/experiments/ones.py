@@ -144,6 +144,7 @@ def _plots(results: Mapping[str, SimResult]) -> dict[str, bytes]:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
         a1.boxplot([series[p][metric] for p in series])
         a1.set_xticks(range(1, len(series) + 1), list(series))
+        a1.set_xlabel("policy")
         a1.set_ylabel(f"{metric} (s)")
         a1.set_title(f"{metric}: box plot")
         for p, s in series.items():
