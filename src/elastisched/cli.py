@@ -13,8 +13,8 @@ from rich.table import Table
 from elastisched import __version__
 from elastisched.cli_common import console, progress_bars
 from elastisched.cli_common import errors as _errors
+from elastisched.cli_tools import register as register_tools
 from elastisched.core.errors import ElastischedError
-from elastisched.sweep_cli import register as register_sweep
 
 app = typer.Typer(help="elastisched: elastic scheduling of deep-learning training on shared GPU clusters.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -23,7 +23,7 @@ reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plot
                             no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
-register_sweep(sim_app, app)
+register_tools(sim_app, app)
 
 WorkloadOpt = Annotated[str, typer.Option(
     "--workload", "-w", help="pollux:workload-N (bundled), philly[:sample=N,seed=S,days=D], "

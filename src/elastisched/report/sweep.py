@@ -33,6 +33,28 @@ def _fmt(v: Any, metric: str) -> str:
     return f"{v:,.2f}" if metric == "wall_seconds" else f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}"
 
 
+TABLE_METRICS = ("avg_jct", "p95_jct", "avg_queue", "p95_queue", "gpu_utilization", "gpu_hours", "restarts")
+
+
+def _table(rows: Sequence[Mapping[str, Any]], multi_cluster: bool) -> str:
+    """Mean over seeds with its 95 % half-width under it (keeps the table inside a 1,280 px page)."""
+    from html import escape
+
+    keys = ["policy", "workload", *(["cluster"] if multi_cluster else []), "seeds"]
+    head = "".join(f"<th>{escape(k)}</th>" for k in keys) + "".join(
+        f"<th>{escape(METRICS[m])}</th>" for m in TABLE_METRICS)
+    body = []
+    for r in rows:
+        cells = [f"<td>{escape(str(r[k]))}" + (f" <b>({r['failed']} failed)</b>" if k == "seeds" and r["failed"]
+                                               else "") + "</td>" for k in keys]
+        for m in TABLE_METRICS:
+            ci = r[f"{m}_ci95"]
+            sub = f"<br><small>± {_fmt(ci, m)}</small>" if isinstance(ci, float) and math.isfinite(ci) else ""
+            cells.append(f"<td>{_fmt(r[m], m)}{sub}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
 def jct_plot(rows: Sequence[Mapping[str, Any]], metric: str = "avg_jct") -> bytes:
     """Grouped bars: mean of `metric` per workload (× cluster) and policy, with 95 % interval whiskers."""
     import matplotlib
@@ -76,12 +98,7 @@ def sweep_files(results: Sequence[CellResult], config: Mapping[str, Any]) -> dic
     rows = aggregate(results)
     cells = cell_rows(results)
     failed = [c for c in cells if c["status"] != "ok"]
-    cols = ["policy", "workload", "cluster", "seeds", "failed", *METRICS]
-    table_rows = [{c: (f"{_fmt(r[c], c)} ± {_fmt(r[f'{c}_ci95'], c)}" if c in METRICS and
-                       math.isfinite(r[f"{c}_ci95"]) else _fmt(r[c], c) if c in METRICS else r[c]) for c in cols}
-                  for r in rows]
-    headers = {c: METRICS.get(c, c) for c in cols}
-    tbl = html.table([{headers[c]: v for c, v in r.items()} for r in table_rows], list(headers.values()))
+    tbl = _table(rows, multi_cluster=len({r["cluster"] for r in rows}) > 1)
     files: dict[str, bytes | str] = {"cells.csv": _csv(cells), "summary.csv": _csv(rows)}
     sections = [("Verdict", f"<p>{len(cells) - len(failed)} of {len(cells)} cells finished"
                  + (f"; <b>{len(failed)} failed</b> (listed below)" if failed else "") + ".</p>"),

@@ -47,8 +47,8 @@ def _call(server: str | None, token: str | None, method: str, path: str, **kw: A
             detail = r.json().get("detail", r.text)
         except ValueError:
             detail = r.text
-        if isinstance(detail, list):  # pydantic 422: name the field(s)
-            detail = "; ".join(f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail)
+        if isinstance(detail, list):  # 422: each message starts with the field it names
+            detail = "; ".join(str(d.get("msg")) for d in detail if isinstance(d, dict))
         typer.echo(f"error ({r.status_code}): {detail}", err=True)
         raise typer.Exit(1)
     ctype = r.headers.get("content-type", "")
@@ -96,6 +96,10 @@ def register(app: typer.Typer) -> None:
     """Add the service commands to `app`."""
     loans_app = typer.Typer(help="Servers on loan from the inference cluster (Lyra): list, offer, reclaim.")
     app.add_typer(loans_app, name="loans")
+    token_app = typer.Typer(help="Per-user API tokens (stored hashed in the service's database).",
+                            no_args_is_help=True)
+    app.add_typer(token_app, name="token")
+    _token_commands(token_app)
 
     @app.command()
     def serve(
@@ -105,19 +109,27 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host"),
         port: int = typer.Option(8470, "--port"),
         workdir: Path = typer.Option(Path(".elastisched"), "--workdir", help="logs, checkpoints, token"),
-        scripts_dir: Path = typer.Option(Path.cwd(), "--scripts-dir", help="job scripts must live under it"),
+        scripts_dir: Path = typer.Option(None, "--scripts-dir", help="job scripts must live under it (default: an "
+                                         "empty <workdir>/scripts)"),
         tick: float = typer.Option(0.5, "--tick", min=0.05, help="engine loop period (s)"),
         grace: float = typer.Option(15.0, "--grace", min=0.0, help="checkpoint deadline before SIGKILL (s)"),
         max_retries: int = typer.Option(2, "--max-retries", min=0, help="relaunches of a failed job"),
+        max_follows: int = typer.Option(32, "--max-follows", min=1, help="concurrent `logs --follow` streams"),
         profiles: Path = typer.Option(None, "--profiles", help="measured profiles (elastisched profile), one dir "
                                       "per application, used as performance models next to the bundled ones"),
     ) -> None:
         """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
+        from elastisched.core.errors import ElastischedError
         from elastisched.service.server import serve as run
 
         typer.echo(f"elastisched serving on http://{host}:{port} (policy {policy}, cluster {cluster})", err=True)
-        run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, scripts_dir=scripts_dir,
-            tick_s=tick, grace_s=grace, max_retries=max_retries, profiles=None if profiles is None else str(profiles))
+        try:
+            run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir,
+                scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
+                profiles=None if profiles is None else str(profiles))
+        except ElastischedError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
 
     @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def submit(
@@ -255,6 +267,73 @@ def register(app: typer.Typer) -> None:
         """Ask COUNT loaned servers back; the policy chooses which, the service vacates them."""
         out = _call(server, token, "POST", "/v1/reclaims", json={"count": count, "deadline_s": deadline})
         _dump(out) if as_json else typer.echo(f"reclaim {out['id']} of {count} server(s) requested")
+
+
+WorkdirOpt = typer.Option(Path(".elastisched"), "--workdir", help="the service's workdir (its default database)")
+DbOpt = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///<workdir>/elastisched.db)")
+
+
+def _token_store(workdir: Path, db: str | None) -> Any:
+    from elastisched.service import auth
+    from elastisched.service.server import default_db
+    from elastisched.service.store import Store
+
+    url = db or default_db(workdir)
+    file = auth.sqlite_path(url)
+    if file is not None:
+        auth.secure_workdir(file.parent) if db is None else os.umask(0o077)
+        auth.precreate_private(file)
+    return Store(url)
+
+
+def _token_commands(token_app: typer.Typer) -> None:
+    @token_app.command("create")
+    def create(user: str = typer.Option(..., "--user", help="who the token acts as; owns the jobs it submits"),
+               admin: bool = typer.Option(False, "--admin", help="sees and acts on all jobs; loans and reclaims"),
+               workdir: Path = WorkdirOpt, db: str = DbOpt, as_json: bool = JsonOpt) -> None:
+        """Create a token for USER and print it (shown once: only its salted hash is stored)."""
+        from elastisched.service import auth
+
+        store = _token_store(workdir, db)
+        try:
+            tid, tok = auth.create_token(store, user, admin=admin)
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        finally:
+            store.close()
+        _dump({"id": tid, "user": user, "admin": admin, "token": tok}) if as_json else typer.echo(tok)
+
+    @token_app.command("list")
+    def list_(workdir: Path = WorkdirOpt, db: str = DbOpt, as_json: bool = JsonOpt) -> None:
+        """Token ids, users and roles (never the tokens)."""
+        from elastisched.service import auth
+
+        store = _token_store(workdir, db)
+        try:
+            rows = auth.list_tokens(store)
+        finally:
+            store.close()
+        if as_json:
+            return _dump(rows)
+        _table(["ID", "USER", "ROLE", "AGE", "REVOKED"], [[r["id"], r["user"], "admin" if r["admin"] else "user",
+                                                           _age(r["created_at"]), _age(r["revoked_at"])] for r in rows])
+        return None
+
+    @token_app.command("revoke")
+    def revoke(token_id: str, workdir: Path = WorkdirOpt, db: str = DbOpt) -> None:
+        """Revoke a token by its id (a running service stops accepting it within seconds)."""
+        from elastisched.service import auth
+
+        store = _token_store(workdir, db)
+        try:
+            ok = auth.revoke_token(store, token_id)
+        finally:
+            store.close()
+        if not ok:
+            typer.echo(f"error: token_id: no live token {token_id!r}", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"{token_id} revoked")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m elastisched.service.commands ...`

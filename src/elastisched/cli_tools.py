@@ -1,4 +1,5 @@
-"""`elastisched sim sweep`: the command line of `sweep.py` (kept apart so `cli.py` stays small)."""
+"""Commands for researchers and operators: `sim sweep`, `plan`, `trace describe` (apart from `cli.py` so that
+it stays small; every heavy import happens inside the command)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import typer
 def register(sim_app: typer.Typer, app: typer.Typer) -> None:
     _register_sweep(sim_app)
     _register_plan(app)
+    trace_app = typer.Typer(help="Look inside a workload trace before simulating it.", no_args_is_help=True)
+    app.add_typer(trace_app, name="trace")
+    _register_describe(trace_app)
 
 
 def _register_sweep(sim_app: typer.Typer) -> None:
@@ -148,4 +152,48 @@ def _register_plan(app: typer.Typer) -> None:
             need = f"{p['needed_gpus']} GPUs" if p["needed_gpus"] else "no size tried"
             console.print(f"{pol}: {need} meet(s) p95 queue ≤ {target_p95_queue:g} s; knee of the JCT curve at "
                           f"{p['knee_gpus'] or '–'} GPUs")
+        console.print(f"report: {out / 'report.html'}")
+
+
+def _register_describe(trace_app: typer.Typer) -> None:
+    @trace_app.command("describe")
+    def describe_cmd(
+        workload: Annotated[str, typer.Argument(help="Any workload -w of sim run accepts (pollux:workload-N, "
+                                                "philly[:...], a Pollux/Sia/DeepBoot CSV, a raw trace, ...).")],
+        out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (describe.json, describe.png, "
+                                          "report.html).")],
+        cluster: Annotated[str, typer.Option("--cluster", "-c", help="Cluster the offered load is computed "
+                                             "against (NODESxGPUS:TYPE parts or a YAML/JSON file).")] = "16x4:t4",
+        profiles: Annotated[str | None, typer.Option(help="Directory of Sia per-GPU-type traces.")] = None,
+    ) -> None:
+        """Job count, arrival rate over the day and week, GPU demand, duration and GPU-time CDFs, application
+        mix and offered load against --cluster: one HTML page with the plots and a JSON summary."""
+        import json
+
+        from elastisched.cli_common import console
+        from elastisched.cli_common import errors as _errors
+        from elastisched.describe import describe, figure, public, summary_rows
+        from elastisched.models.registry import PerfModels
+        from elastisched.report import html
+        from elastisched.report.compare import write_files
+        from elastisched.runner import load_cluster
+        from elastisched.workloads import load_workload
+
+        with _errors():
+            models = PerfModels.load(profiles)
+            nodes = load_cluster(cluster)
+            wl = load_workload(workload, models)
+            d = describe(wl, models, nodes)
+            png = figure(d)
+            title = f"Workload {wl.name}"
+            rows = summary_rows(d)
+            apps = [{"application": k, "jobs": v, "share (%)": f"{100 * v / max(d['jobs'], 1):.1f}"}
+                    for k, v in d["applications"].items()]
+            sections = [("Summary", html.table(rows, ["quantity", "value"])), ("Plots", html.img(png, title)),
+                        ("Applications", html.table(apps, ["application", "jobs", "share (%)"]))]
+            config = {"workload": workload, "cluster": cluster, "profiles": profiles, "digest": wl.digest}
+            write_files(out, {"describe.json": json.dumps(public(d), indent=2, default=str), "describe.png": png,
+                              "report.html": html.page(title, sections, config)})
+        for r in rows:
+            console.print(f"{r['quantity']:>30}: {r['value']}")
         console.print(f"report: {out / 'report.html'}")
