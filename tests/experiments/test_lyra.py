@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,19 @@ from elastisched.experiments.lyra import Lyra, LyraConfig
 from elastisched.experiments.lyra_deepboot import DeepBootConfig, LyraDeepBoot
 from elastisched.report.experiment import write_result
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from rendering import check_page, checked_figures
+
 
 def test_small_lyra_run_writes_lyra_json(tmp_path: Path) -> None:
     peer = tmp_path / "tiny.csv"
     peer.write_text(DEEPBOOT_CSV)
     cfg = LyraConfig(days=2.0, sample=150, fixed_servers=6, variants=("deepboot", "random"), peer=peer)
-    res = Lyra().run(cfg)
+    with checked_figures() as problems:
+        res = Lyra().run(cfg)
+    assert not problems, problems  # every figure titled, labelled, with a legend
     write_result(res, tmp_path)
+    check_page(tmp_path / "report.html", "reproduce-lyra")  # loads without errors, tables within 1,280 px
     saved = json.loads((tmp_path / "lyra.json").read_text())
     data = saved["data"]
     for key in ("queue_reduction", "jct_reduction", "gpu_usage_gain", "preemptions", "mckp_optimality",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ import peer_data
 from elastisched.core.errors import ConfigError
 from elastisched.experiments.ones import TUNED, Ones, OnesConfig, artifact_results, run_ones
 from elastisched.report.experiment import write_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from rendering import check_page, checked_figures
 
 DATA = peer_data.ONES
 needs_data = peer_data.needs("ones", "traces", "job_history.csv")
@@ -27,8 +31,11 @@ def test_artifact_figures_match_the_digest() -> None:
 @needs_data
 def test_small_reproduction_writes_every_file(tmp_path: Path) -> None:
     cfg = OnesConfig(data=DATA, jobs=6, policies=("ones", "tiresias", "optimus"), refit=False)  # type: ignore[arg-type]
-    res = Ones().run(cfg)
+    with checked_figures() as problems:
+        res = Ones().run(cfg)
+    assert not problems, problems
     write_result(res, tmp_path)
+    check_page(tmp_path / "report.html", "reproduce-ones")
     for f in ("ones.json", "report.html", "jct.png", "execution.png", "queuing.png", "jobs-ones.csv"):
         assert (tmp_path / f).stat().st_size > 0
     saved = json.loads((tmp_path / "ones.json").read_text())["data"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,9 @@ from elastisched.experiments.base import (
 from elastisched.report.experiment import decimals, render_table, write_result
 from elastisched.report.plots import bar
 from elastisched.reproduce_cli import build_command
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from rendering import check_page
 
 runner = CliRunner()
 STUDIES = {"pollux", "lyra", "lyra-deepboot", "ones"}
@@ -127,6 +131,7 @@ def test_writer_produces_json_html_and_png_with_fixed_precision(tmp_path: Path) 
     assert "PASS: sum of values" in page and "nobody, 2026" in page and "data:image/png;base64," in page
     assert "e+0" not in page and "0.17625555800498338" not in page and "13,020" in page
     assert "<th>value (s)</th>" in page and "0.176" in page
+    check_page(tmp_path / "report.html", "reproduce-writer")
 
 
 def test_column_precision_is_fixed_per_column() -> None:

@@ -228,15 +228,14 @@ def tables(data: dict[str, Any]) -> list[Table]:
     cal = Table({"gpus": "training GPUs", "avg_queue": "FIFO avg queue (s)"}, list(data["calibration"]),
                 "Calibration of the training cluster (bisection)")
     inf = data["inference"]
-    side = Table({"k": "inference side", "v": "value"}, [
-        {"k": "inference servers (count)", "v": inf["servers"]},
-        {"k": "mean utilisation (fraction)", "v": inf["mean_utilisation"]},
-        {"k": "time below 40 % utilisation (fraction)", "v": inf["fraction_below_40pct"]},
-        {"k": "longest stretch below 40 % (h)", "v": inf["longest_below_40pct_hours"]},
-        {"k": "loaned server-hours (h)", "v": inf["loaned_server_hours"]},
-        {"k": "reclaim events (count)", "v": inf["reclaim_events"]},
-        {"k": "GPU usage gain, lyra vs FIFO (fraction)", "v": data["gpu_usage_gain"]},
-        {"k": "MCKP greedy / exact, worst round (fraction)", "v": data["mckp_optimality"]}], "Inference side")
+    side = Table({"servers": "inference servers (count)", "util": "mean utilisation (fraction)",
+                  "low": "time below 40 % utilisation (fraction)", "longest": "longest stretch below 40 % (h)",
+                  "loaned": "loaned server-hours (h)", "reclaims": "reclaim events (count)",
+                  "gain": "GPU usage gain, lyra vs FIFO (fraction)", "mckp": "MCKP greedy / exact, worst round"},
+                 [{"servers": inf["servers"], "util": inf["mean_utilisation"], "low": inf["fraction_below_40pct"],
+                   "longest": inf["longest_below_40pct_hours"], "loaned": inf["loaned_server_hours"],
+                   "reclaims": inf["reclaim_events"], "gain": data["gpu_usage_gain"],
+                   "mckp": data["mckp_optimality"]}], "Inference side")
     return [runs_table(data["runs"], "Runs (training cluster of "
                        f"{data['training_gpus']} GPUs on {data['training_servers']} servers)"), abl, rc, cal, side]
 

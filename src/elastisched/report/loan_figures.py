@@ -22,16 +22,12 @@ def fig_loans(runs: Mapping[str, SimResult], plan: LoanPlan, demand: DemandSerie
         ax[0].step(np.array(demand.times) / 3600, np.array(demand.busy) / demand.servers, where="post",
                    lw=0.6, color="tab:red", label="inference utilisation")
         ax[0].axhline(0.4, ls=":", color="grey", lw=0.8, label="40 % utilisation")
-        ax[0].set_ylabel("inference utilisation (fraction)")
-        tw = ax[0].twinx()
-        tw.step(t, [s[1] for s in plan.steps], where="post", lw=0.6, label="loanable servers")
-        tw.set_ylabel("loanable servers")
-        tw.legend(fontsize=7, loc="upper right")
     else:
-        ax[0].step(t, [s[1] for s in plan.steps], where="post", label="loanable servers")
-        ax[0].set_ylabel("loanable servers")
+        ax[0].step(t, [s[1] / max(plan.servers, 1) for s in plan.steps], where="post", label="loanable fraction")
+    ax[0].set_ylabel("inference utilisation (fraction)")
     ax[0].set_title(f"{title}: inference side")
     ax[0].legend(fontsize=7, loc="upper left")
+    ax[1].step(t, [s[1] for s in plan.steps], where="post", lw=0.6, color="grey", label="loanable servers")
     for name, res in runs.items():
         if name == "baseline":
             continue
@@ -42,7 +38,7 @@ def fig_loans(runs: Mapping[str, SimResult], plan: LoanPlan, demand: DemandSerie
             ax[1].vlines([r["time"] / 3600 for r in rc], 0, [-len(r["servers"]) for r in rc], color="tab:red",
                          lw=0.6, label=f"{name}: reclaimed (down)")
     ax[1].set_ylabel("servers")
-    ax[1].set_title("servers on loan (up) and reclaimed (down)")
+    ax[1].set_title("loanable servers, servers on loan (up) and reclaimed (down)")
     ax[1].legend(fontsize=7, loc="upper left")
     for name, res in runs.items():
         tl = res.timeline
@@ -50,8 +46,9 @@ def fig_loans(runs: Mapping[str, SimResult], plan: LoanPlan, demand: DemandSerie
     ax[2].set_ylabel("busy GPUs")
     ax[2].set_title("busy GPUs (training and loaned servers)")
     ax[2].set_xlim(0, 1.05 * max(float(r.summary["makespan"]) for r in runs.values()) / 3600)
-    ax[2].set_xlabel("time (hours)")
     ax[2].legend(fontsize=7)
+    for a in ax:
+        a.set_xlabel("time (hours)")
     return _png(fig)
 
 
