@@ -17,6 +17,11 @@ import pandas as pd
 from elastisched.report import html, plots
 from elastisched.sim.metrics import SimResult
 
+#: the HTML summary's columns, header with unit (summary.csv keeps every SUMMARY_COLUMNS column)
+REPORT_COLUMNS = {"policy": "policy", "n_jobs": "jobs", "avg_jct": "avg JCT (s)", "median_jct": "median JCT (s)",
+                  "p95_jct": "p95 JCT (s)", "avg_queue": "avg queue (s)", "makespan": "makespan (s)",
+                  "gpu_utilization": "GPU utilisation (fraction)", "restarts": "restarts (count)",
+                  "preemptions": "preemptions (count)", "decision_ms_p50": "decision p50 (ms)"}
 SUMMARY_COLUMNS = ["policy", "n_jobs", "avg_jct", "median_jct", "p95_jct", "p99_jct", "avg_queue", "makespan",
                    "gpu_utilization", "restarts", "preemptions", "decision_ms_p50", "decision_ms_max",
                    "wall_seconds"]
@@ -43,7 +48,7 @@ def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping
     cdf = plots.jct_cdf(results)
     loaned = any(r.timeline["loaned_servers"].max() > 0 for r in results.values() if len(r.timeline))
     util = plots.utilisation_timeline(results, loaned=loaned)
-    sections = [("Summary", html.table(rows, SUMMARY_COLUMNS)),
+    sections = [("Summary", html.unit_table(REPORT_COLUMNS, rows)),
                 ("Job completion time", html.img(cdf, "JCT CDF")),
                 ("Utilisation", html.img(util, "utilisation timeline"))]
     sections += extra_sections or []

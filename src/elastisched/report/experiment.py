@@ -9,7 +9,7 @@ import dataclasses
 import html as _html
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,42 +17,12 @@ from elastisched import __version__
 from elastisched.experiments.base import ExperimentResult, Table, Verdict
 from elastisched.report import html
 from elastisched.report.compare import write_files
-
-
-def decimals(values: Sequence[Any]) -> int:
-    """One precision for a whole column: fewer decimals the larger its numbers (no exponent notation)."""
-    nums = [abs(v) for v in values if isinstance(v, float) and math.isfinite(v) and not isinstance(v, bool)]
-    if not nums:
-        return 0
-    big = max(nums)
-    if big >= 1000:
-        return 0
-    if big >= 10:
-        return 1
-    if big >= 0.1:
-        return 3
-    return 4
-
-
-def cell(v: Any, digits: int) -> str:
-    if v is None or v == "":
-        return ""
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}" if math.isfinite(v) else str(v)
-    return str(v)
+from elastisched.report.html import cell, decimals
 
 
 def render_table(t: Table) -> str:
     """HTML of one table: headers from `t.columns` (they carry the units), one precision per column."""
-    digits = {k: decimals([r.get(k) for r in t.rows]) for k in t.columns}
-    head = "".join(f"<th>{_html.escape(h)}</th>" for h in t.columns.values())
-    body = "".join("<tr>" + "".join(f"<td>{_html.escape(cell(r.get(k), digits[k]))}</td>" for k in t.columns)
-                   + "</tr>" for r in t.rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return html.unit_table(t.columns, t.rows)
 
 
 def verdict_line(v: Verdict) -> str:
