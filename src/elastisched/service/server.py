@@ -75,8 +75,8 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
     tok = resolve_token(token, work)
     store = Store(url)
     nodes = parse_cluster(cluster, default_gpu_type="cpu")
-    backend = LocalBackend(store, work, python=python, grace_s=grace_s, max_retries=max_retries, nodes=nodes)
-    service = Service(store, nodes, backend, policy, tick_s=tick_s, seed=seed,
+    backend = LocalBackend(work, python=python, grace_s=grace_s, nodes=nodes)
+    service = Service(store, nodes, backend, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
                       profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
     follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
     return create_app(service, tok, scripts_dir, follows=follows), service, tok
