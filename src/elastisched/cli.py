@@ -14,7 +14,6 @@ from elastisched import __version__
 from elastisched.cli_common import console, progress_bars
 from elastisched.cli_common import errors as _errors
 from elastisched.cli_tools import register as register_tools
-from elastisched.core.errors import ElastischedError
 
 app = typer.Typer(help="elastisched: elastic scheduling of deep-learning training on shared GPU clusters.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
