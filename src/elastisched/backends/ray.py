@@ -69,6 +69,7 @@ class _Group:
     pg: Any
     dead_since: float | None = None  # when a dead actor was first seen on a node Ray still calls alive
     status: list[tuple[int | None, bool]] = field(default_factory=list)
+    asked: float = 0.0  # when Ray was last asked whether the actors live
 
 
 class RayBackend:
@@ -76,7 +77,8 @@ class RayBackend:
 
     def __init__(self, workdir: str | os.PathLike[str], *, address: str = "auto", grace_s: float = 15.0,
                  extra_env: dict[str, str] | None = None, ready_timeout_s: float = 60.0,
-                 nodes_every_s: float = 1.0, node_loss_wait_s: float = 30.0, namespace: str = NAMESPACE) -> None:
+                 nodes_every_s: float = 1.0, node_loss_wait_s: float = 30.0,
+                 alive_every_s: float = 2.0, namespace: str = NAMESPACE) -> None:
         import ray
 
         self.ray = ray
@@ -91,7 +93,8 @@ class RayBackend:
         self.extra_env = dict(extra_env or {})
         self.ready_timeout_s = ready_timeout_s
         self.nodes_every_s = nodes_every_s
-        self.node_loss_wait_s = node_loss_wait_s  # Ray's GCS declares a node dead after missed health checks
+        self.node_loss_wait_s = node_loss_wait_s
+        self.alive_every_s = alive_every_s  # Ray's GCS declares a node dead after missed health checks
         self.groups: dict[str, _Group] = {}
         self._pending: list[BackendEvent] = []
         self._hints = LocalBackend(self.workdir)  # hints.jsonl and log paths: same files, same reader
@@ -156,7 +159,9 @@ class RayBackend:
         for g in groups:
             self._signal(g, "SIGTERM")
         deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline and any(self._codes(g).count(None) for g in groups):
+        for g in groups:
+            self._codes(g)  # learns which actors are already gone (their exit file will never come)
+        while time.monotonic() < deadline and any(self._codes(g, ask=False).count(None) for g in groups):
             time.sleep(0.1)
         for g in groups:
             if None in self._codes(g):
@@ -182,23 +187,29 @@ class RayBackend:
             with contextlib.suppress(Exception):
                 remove_placement_group(g.pg)
 
-    def _codes(self, g: _Group) -> list[int | None]:
-        """Exit code per rank (None: running, or not answering yet; DIED: its actor is gone), and remember
-        whether each was signalled. Never blocks long: an actor on a node that just vanished does not answer
-        until Ray declares the node dead, and the loop must go on meanwhile."""
-        refs = [r.actor.status.remote() for r in g.ranks]
-        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=2.0)
-        done = set(ready)
-        out: list[tuple[int | None, bool]] = []
-        for ref in refs:
-            if ref not in done:
-                out.append((None, False))
-                continue
-            try:
-                code, signalled, _pid = self.ray.get(ref, timeout=1.0)
-                out.append((code, signalled))
-            except Exception:  # RayActorError / ActorDiedError: the worker is gone
-                out.append((DIED, False))
+    def _codes(self, g: _Group, ask: bool = True) -> list[int | None]:
+        """Exit code per rank (None: running, or not answering yet; DIED: its actor is gone), and whether each
+        was signalled. The exit files on the shared directory answer for ranks that ended (a stat per rank);
+        Ray is asked (`ask`) only to learn whether the others' actors are still alive, which the poll does
+        every `alive_every_s` rather than every tick (each question is an RPC to every actor). Never blocks
+        long: an actor on a vanished node answers only once Ray declares the node dead."""
+        files = self._exit_files(g.job_id, g.generation, len(g.ranks))
+        prev = g.status if len(g.status) == len(g.ranks) else [(None, False)] * len(g.ranks)
+        out = [(_code(f), len(f) > 1) if f is not None else p for f, p in zip(files, prev, strict=True)]
+        if ask and any(c is None for c, _ in out):
+            g.asked = time.monotonic()
+            idx = [i for i, (c, _) in enumerate(out) if c is None]
+            refs = [g.ranks[i].actor.status.remote() for i in idx]
+            ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=2.0)
+            done = set(ready)
+            for i, ref in zip(idx, refs, strict=True):
+                if ref not in done:
+                    continue
+                try:
+                    code, signalled, _pid = self.ray.get(ref, timeout=1.0)
+                    out[i] = (code, signalled)
+                except Exception:  # RayActorError / ActorDiedError: the worker is gone
+                    out[i] = (DIED, False)
         g.status = out
         return [c for c, _ in out]
 
@@ -272,7 +283,7 @@ class RayBackend:
             h = self._hints._hints(g.job_id)
             if h is not None:
                 out.append(h)
-            codes = self._codes(g)
+            codes = self._codes(g, ask=time.monotonic() - g.asked >= self.alive_every_s)
             if all(c is None for c in codes):
                 continue
             if DIED in codes and g.dead_since is None:
@@ -332,7 +343,8 @@ class RayBackend:
                 out.append(GenerationEnded(time.time(), jid, n, "stopped", tuple(c for c, _ in g.status)))
                 continue
             codes = self._codes(g) if ranks else []
-            if len(ranks) == len(names) and names and all(c is None for c in codes):
+            running = all(c is None for c in codes) or (None in codes and not any(codes))  # rank 0 may end first
+            if len(ranks) == len(names) and names and running:
                 st = [self.ray.get(r.actor.status.remote(), timeout=30) for r in ranks]
                 for r, (_c, _s, pid) in zip(ranks, st, strict=True):
                     r.pid = int(pid)
@@ -342,7 +354,7 @@ class RayBackend:
                 continue
             files = self._exit_files(jid, n, len(names))
             if names and all(f is not None for f in files) and rec.state != "STOPPING":
-                g.status = [(int(f[0]), len(f) > 1) for f in files if f is not None]
+                g.status = [(_code(f), len(f) > 1) for f in files if f is not None]
                 out.append(self._ended(g, [c for c, _ in g.status]))
                 continue
             self._stop_groups([g])  # partly started, or gone while we were down: resume from the checkpoint
@@ -363,3 +375,11 @@ class RayBackend:
         self.groups.clear()
         with contextlib.suppress(Exception):
             self.ray.shutdown()
+
+
+def _code(rec: list[str]) -> int:
+    """The exit file's code (`"0 SIGTERM"` → 0); a garbled file counts as a worker that died."""
+    try:
+        return int(rec[0])
+    except (ValueError, IndexError):
+        return DIED
