@@ -158,8 +158,9 @@ def test_dashboard_page_is_public_but_its_data_needs_the_token(svc: ServiceProc)
         page = c.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "dash-secret-name" not in page.text and c.get("/dashboard").text == page.text
-        polled = set(re.findall(r'get\("(/v1/[a-z]+)"\)', page.text))
-        assert polled == {"/v1/status", "/v1/nodes", "/v1/jobs", "/v1/loans"}
+        polled = set(re.findall(r'get\("(/v1/[a-z]+)[?"]', page.text))
+        assert polled == {"/v1/status", "/v1/nodes", "/v1/jobs", "/v1/loans", "/v1/reasons", "/v1/scheduler",
+                          "/v1/utilisation"}
         for path in polled:
             assert c.get(path).status_code == 401, path
             assert svc.api("GET", path).status_code == 200, path

@@ -347,6 +347,10 @@ class LocalBackend:
             pids = list(rec.pids)
             if rec.token and (len(pids) != rec.allocation.gpus or not any(start_ticks(p) == t for p, t in pids)):
                 found = find_by_token(rec.token)  # the crash came before the PIDs were recorded
+                deadline = time.monotonic() + 1.0  # a rank forked but not yet exec'd shows its parent's environment
+                while len(found) < rec.allocation.gpus and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    found = find_by_token(rec.token)
                 if found:
                     pids = [found.get(r, (0, None)) for r in range(max(found) + 1)]
             ranks = [_Rank(int(pid), ticks, run / f"g{n}-r{r}.exit") for r, (pid, ticks) in enumerate(pids) if pid]

@@ -7,6 +7,8 @@ takes effect), so attained service, progress, samples and restarts follow one ru
 - progress (reference-batch steps, Pollux units) integrates the model's goodput outside the restart window
   that follows every launch or resize; a mixed-type placement runs at the pace of its slowest GPU type
   (synchronous data parallelism: every step waits for the slowest worker), `running_type`;
+- an IIDP allocation (same local batch on every GPU, per-node accumulation: JABAS) runs at the rate of
+  `models.iidp_pollux.iidp_iteration_time` instead (its slowest node's step with its accumulation);
 - a job whose application has no profile (`app` None) accrues attained service only; its progress stays 0
   until measured progress (hints) arrives through `measured`.
 
@@ -18,6 +20,7 @@ simulator never steps time in small increments.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -25,6 +28,7 @@ import numpy as np
 
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, JobSpec, JobView
 from elastisched.models.application import Application, BatchConfig
+from elastisched.models.iidp_pollux import iidp_iteration_time
 
 INF = float("inf")
 
@@ -46,10 +50,16 @@ def running_type(app: Application, types: set[str] | frozenset[str]) -> str:
     return min(sorted(types), key=lambda t: app.throughput(t, (1,), one))
 
 
-def allocation_rates(app: Application, gpu_type: str, shape: tuple[int, ...], cfg: BatchConfig
+def allocation_rates(app: Application, gpu_type: str, shape: tuple[int, ...], cfg: BatchConfig,
+                     alloc: Allocation | None = None, node_types: Mapping[str, str] | None = None
                      ) -> tuple[float, np.ndarray]:
-    """(samples/s, progress/s per epoch) of a running allocation: the one place a rate comes from the models
-    (a hook for other throughput models of mixed placements, e.g. IIDP)."""
+    """(samples/s, progress/s per epoch) of a running allocation: the one place a rate comes from the models.
+    An IIDP allocation (`local_batch`, per-node `accumulation` and `batch_size` all set) runs at the IIDP rate
+    rule of `models.iidp_pollux`; any other at the data-parallel rule on `gpu_type` (the slowest)."""
+    if (alloc is not None and node_types is not None and alloc.local_batch and alloc.accumulation is not None
+            and alloc.batch_size):
+        t_iter = iidp_iteration_time(app, node_types, alloc.placement, alloc.local_batch, alloc.accumulation)
+        return alloc.batch_size / t_iter, app.efficiency.gains(alloc.batch_size) / t_iter
     t_iter = app.iteration_time(gpu_type, shape, cfg)
     return cfg.global_batch / t_iter, app.efficiency.gains(cfg.global_batch) / t_iter
 
@@ -90,6 +100,7 @@ class JobState:
     observed: dict[int, float] = field(default_factory=dict)  # GPUs -> samples/s measured
     gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
     view: JobView | None = None
+    _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
     _bounds_np: np.ndarray | None = None
 
     @property
@@ -109,7 +120,8 @@ class JobState:
     def rate(self, epoch: int) -> float:
         if self.rates is None:
             assert self.cfg is not None and self.app is not None
-            self.rates = allocation_rates(self.app, self.gpu_type, self.shape, self.cfg)[1]
+            self.rates = allocation_rates(self.app, self.gpu_type, self.shape, self.cfg, self.allocation,
+                                          self._node_types)[1]
         return float(self.rates[min(epoch, len(self.rates) - 1)])
 
     def advance(self, t: float, finishing: bool = False) -> None:
@@ -147,11 +159,13 @@ class JobState:
         self.updated = t
         self.view = None
 
-    def apply(self, alloc: Allocation, now: float, types: set[str], restart_cost: float,
-              resize_cost: float | None = None) -> None:
-        """Make `alloc` the job's allocation from `now` (call `advance(now)` first). `types`: the GPU types of
-        its nodes. A launch or change costs `restart_cost` without progress; `resize_cost`, when given, is the
-        cost of a change that keeps some of its GPUs (an in-memory resize)."""
+    def apply(self, alloc: Allocation, now: float, node_types: Mapping[str, str], restart_cost: float,
+              resize_cost: float | None = None, reconfigure_cost: float | None = None) -> None:
+        """Make `alloc` the job's allocation from `now` (call `advance(now)` first). `node_types`: GPU type of
+        each of its nodes. A launch or change costs `restart_cost` without progress; `resize_cost`, when given,
+        is the cost of a change that keeps some of its GPUs (an in-memory resize); `reconfigure_cost`, when
+        given, that of a new batch / IIDP configuration on the very same GPUs (applied in place, JABAS and
+        AdaptDL; not counted as a restart)."""
         old = self.allocation
         self.version += 1
         self.view = None
@@ -161,13 +175,18 @@ class JobState:
             self.modelled = False
             return
         app = self.app
+        self._node_types = node_types
+        types = set(node_types.values())
         known = app is not None and all(t in app.profile.throughput for t in types)
         self.gpu_type = running_type(app, types) if known and app is not None else min(types)
         self.shape = tuple(g for _, g in alloc.placement)
         gpus = alloc.gpus
         batch = alloc.batch_size or self.spec.batch_size
         self.allocation = alloc
-        if resize_cost is not None and keeps_gpus(old, alloc):
+        if reconfigure_cost is not None and old.placement and sorted(old.placement) == sorted(alloc.placement):
+            self.restart_until = max(self.restart_until, now + reconfigure_cost)
+            self.launches -= 1  # not a restart (undone by the += 1 below)
+        elif resize_cost is not None and keeps_gpus(old, alloc):
             # in-memory resize: survivors keep running state; a launch still in progress is not cut short
             self.restart_until = max(self.restart_until, now + resize_cost)
         else:
@@ -184,7 +203,8 @@ class JobState:
             return
         self.cfg = app.batch_config(gpus, batch)
         if self.modelled:
-            self.samples_per_s, self.rates = allocation_rates(app, self.gpu_type, self.shape, self.cfg)
+            self.samples_per_s, self.rates = allocation_rates(app, self.gpu_type, self.shape, self.cfg, alloc,
+                                                              node_types)
             self.observed[gpus] = self.samples_per_s
 
     def measured(self, steps: float, batch: int, t: float) -> None:

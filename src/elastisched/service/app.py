@@ -28,7 +28,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from elastisched.service.auth import TOKEN_RE, Authenticator, Principal
 from elastisched.service.daemon import Service
+from elastisched.service.dashapi import add_routes
 from elastisched.service.logstream import Follows
+from elastisched.service.schema import LEGACY_STATES
 from elastisched.service.schemas import (
     JOB_ID,
     BodyTooLarge,
@@ -150,10 +152,12 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
             raise HTTPException(status.HTTP_409_CONFLICT, f"job_id: job {row['id']} is already {row['state']}")
         return row
 
+    add_routes(app, service, principal)  # read-only: utilisation, scheduler, reasons, log tail
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     @app.get("/dashboard", response_class=HTMLResponse)
     def dashboard() -> str:
-        """A page that polls /v1/status, /v1/nodes, /v1/jobs and /v1/loans every 2 s (token from #token=...)."""
+        """A page that polls the API with the user's token (from #token=...): jobs, nodes, scheduler, utilisation."""
         return DASHBOARD
 
     @app.get("/healthz")
@@ -212,7 +216,7 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
                   limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> list[dict[str, Any]]:
         states = [s.strip().upper() for s in state.split(",")] if state else None
         for s in states or ():
-            if s not in STATES:
+            if s not in STATES and s not in LEGACY_STATES:  # older names (STARTING, RESIZING) still filter
                 raise _422(f"state: {s[:40]!r} is not a job state; one of {', '.join(STATES)}")
         return [job_json(r) for r in store.list_jobs(states, limit, owner=None if who.admin else who.user)]
 

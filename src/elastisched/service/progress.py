@@ -52,7 +52,7 @@ class LiveJobs:
             t = min(max(began, st.updated), now) if place else now
             st.advance(t)
             alloc = Allocation(placement=place, batch_size=batch) if place else NO_ALLOCATION
-            st.apply(alloc, t, {types.get(n, "") for n, _ in place}, 0.0 if adopted else _restart_cost(st))
+            st.apply(alloc, t, {n: types.get(n, "") for n, _ in place}, 0.0 if adopted else _restart_cost(st))
         return st
 
     def applied(self, action: Action, now: float, types: Mapping[str, str]) -> None:
@@ -62,7 +62,7 @@ class LiveJobs:
             return
         st.advance(now)
         alloc = action.allocation
-        st.apply(alloc, now, {types.get(n, "") for n in alloc.nodes}, _restart_cost(st))
+        st.apply(alloc, now, {n: types.get(n, "") for n in alloc.nodes}, _restart_cost(st))
         self.started.pop(action.job_id, None)
 
     def generation_started(self, job_id: str, t: float, adopted: bool) -> None:
@@ -91,7 +91,7 @@ class LiveJobs:
         st = self.states.get(job_id)
         if st is not None:
             st.advance(now)
-            st.apply(NO_ALLOCATION, now, set(), 0.0)
+            st.apply(NO_ALLOCATION, now, {}, 0.0)
 
     def forget(self, job_id: str) -> None:
         self.states.pop(job_id, None)

@@ -158,8 +158,8 @@ class Store:
         q = select(jobs).order_by(jobs.c.seq)
         if owner is not None:
             q = q.where(jobs.c.owner == owner)
-        if states:
-            q = q.where(jobs.c.state.in_(list(states)))
+        if states:  # older names (STARTING, RESIZING) still select what they meant
+            q = q.where(jobs.c.state.in_(list({LEGACY_STATES.get(x, x) for x in states})))
         if limit:
             q = q.limit(limit)
         with self.tx() as c:

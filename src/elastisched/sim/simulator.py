@@ -63,6 +63,9 @@ class SimConfig:
     restart_cost: float | None = None  # None = each application's own (30 s default)
     # an in-place resize (a running job keeps some of its GPUs) costs this instead; None = the restart cost
     resize_cost: float | None = None
+    # a change of batch / local batch / accumulation on the very same GPUs costs this (JABAS, AdaptDL: in
+    # place); None = as any other change (restart or resize cost)
+    reconfigure_cost: float | None = None
     check_invariants: bool = True
     max_time: float = INF
     loans: LoanTimeline | None = None
@@ -235,12 +238,13 @@ class Simulator:
         self._account(job.allocation, -1)
         self.stale.add(jid)
         if not alloc.placement:
-            job.apply(NO_ALLOCATION, self.now, set(), 0.0)
+            job.apply(NO_ALLOCATION, self.now, {}, 0.0)
             self.running.pop(jid, None)
             return
         pos = self._node_pos()
         restart = self.cfg.restart_cost if self.cfg.restart_cost is not None else job.app.restart_cost
-        job.apply(alloc, self.now, {self.nodes[pos[n]].gpu_type for n in alloc.nodes}, restart, self.cfg.resize_cost)
+        job.apply(alloc, self.now, {n: self.nodes[pos[n]].gpu_type for n in alloc.nodes}, restart,
+                  self.cfg.resize_cost, self.cfg.reconfigure_cost)
         self._account(alloc, +1)
         self.running[jid] = job
         t_end = job.finish_time()
