@@ -12,14 +12,14 @@ from rich.table import Table
 
 from elastisched import __version__
 from elastisched.cli_common import console, progress_bars
-from elastisched.cli_common import errors as _errors
 from elastisched.cli_tools import register as register_tools
+from elastisched.reproduce_cli import LazyExperimentGroup
 
 app = typer.Typer(help="elastisched: elastic scheduling of deep-learning training on shared GPU clusters.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 sim_app = typer.Typer(help="Trace-driven simulation of scheduling policies.", no_args_is_help=True)
 reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plots and report.html).",
-                            no_args_is_help=True)
+                            no_args_is_help=True, cls=LazyExperimentGroup)
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
 register_tools(sim_app, app)
@@ -68,8 +68,8 @@ def policies_cmd(as_json: Annotated[bool, typer.Option("--json", help="Machine-r
 
 @sim_app.command("run")
 def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name.")],
-            out: SimOutOpt, cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None,
-            restart_cost: RestartCostOpt = None) -> None:
+            out: SimOutOpt = "results/run", cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0",
+            profiles: ProfilesOpt = None, restart_cost: RestartCostOpt = None) -> None:
     """Simulate one policy on one workload; writes summary.json, jobs.csv and timeline.csv."""
     from elastisched import options
     from elastisched.report.compare import write_run
@@ -89,8 +89,8 @@ def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy
 
 
 @sim_app.command("compare")
-def sim_compare(workload: WorkloadOpt, out: SimOutOpt,
-                policies: Annotated[str, typer.Option("--policies", help="Comma-separated policy names.")]
+def sim_compare(workload: WorkloadOpt, out: SimOutOpt = "results/compare",
+                policies: Annotated[str, typer.Option("--policies", "-p", help="Comma-separated policy names.")]
                 = "fifo,srtf,tiresias,optimus",
                 cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None) -> None:
     """Simulate several policies on the same workload; writes summary.csv, plots and report.html."""
@@ -119,13 +119,10 @@ def sim_compare(workload: WorkloadOpt, out: SimOutOpt,
 
 
 def _optional_plugins() -> None:
-    """Commands contributed by optional parts (training library, service) and one `reproduce NAME` command per
-    registered experiment (`experiments/`, generated from its Config by `reproduce_cli`)."""
+    """Commands contributed by optional parts (training library, service). The `reproduce NAME` commands (one
+    per registered experiment) are generated on first use by `reproduce_cli.LazyExperimentGroup`."""
     import importlib
 
-    from elastisched.reproduce_cli import add_commands
-
-    add_commands(reproduce_app, progress_bars, _errors)
     for module in ("elastisched.train.commands", "elastisched.service.commands"):
         try:
             mod = importlib.import_module(module)

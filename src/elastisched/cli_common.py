@@ -17,6 +17,15 @@ from elastisched.core.errors import ElastischedError
 console = Console(stderr=True)
 
 
+def _flag_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+    """Typer ≥ 0.2x prints `<bool>` beside every on/off flag in --help, where no value is taken: show none."""
+    return None if self.is_flag else _TYPE_RICH(self, ctx)
+
+
+_TYPE_RICH = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
 @contextmanager
 def errors() -> Iterator[None]:
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from elastisched.experiments.base import Experiment, ProgressFactory, registered_experiments
 
@@ -80,6 +81,8 @@ def build_command(exp: type[Experiment], bars: Bars, errors: Errors, echo: Calla
             default = ",".join(str(x) for x in default) if default is not ... else ...
         flag = "--" + f.name.replace("_", "-")
         decls = [f"{flag}/--no-{flag[2:]}"] if typ is bool else [flag]
+        if f.name == "policies":  # the one short form every command gives its policy list
+            decls.append("-p")
         help_text = field_help(config, f) + (" (comma-separated)" if is_tuple else "")
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
                                         annotation=Optional[typ] if optional else typ,  # noqa: UP045
@@ -112,3 +115,30 @@ def add_commands(group: typer.Typer, bars: Bars, errors: Errors, echo: Callable[
     for name, exp in registered_experiments().items():
         cmd = build_command(exp, bars, errors, echo)
         group.command(name, help=cmd.__doc__)(cmd)
+
+
+class LazyExperimentGroup(TyperGroup):
+    """The `reproduce` group, filled on first use: generating a command needs the experiment modules (and
+    through them the simulator, pandas and scipy), which `elastisched --help` or a client command should
+    not pay for."""
+
+    loaded = False
+
+    def _load(self) -> None:
+        if self.loaded:
+            return
+        self.loaded = True
+        from elastisched.cli_common import errors, progress_bars
+
+        tmp = typer.Typer()
+        add_commands(tmp, progress_bars, errors)
+        for name, cmd in typer.main.get_group(tmp).commands.items():
+            self.add_command(cmd, name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        self._load()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        self._load()
+        return super().get_command(ctx, cmd_name)
