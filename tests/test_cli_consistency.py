@@ -54,3 +54,20 @@ def test_make_policy_suggests(name: str) -> None:
 
     with pytest.raises(UnknownPolicyError, match="did you mean"):
         make_policy(name)
+
+
+def test_setup_leaves_no_model_to_build_during_the_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wall_seconds` of the first policy used to carry the throughput fits (and swapped with the order of
+    --policies): after `setup` no run builds a model, whatever the order."""
+    from elastisched.models import throughput
+    from elastisched.runner import run_policies, setup
+
+    s = setup("pollux:workload-3", "16x4:t4")
+
+    def no_build(*_: object, **__: object) -> None:
+        raise AssertionError("a throughput model was built inside a policy's run")
+
+    monkeypatch.setattr(throughput.ThroughputModel, "__init__", no_build)
+    for order in (["fifo", "tiresias"], ["tiresias", "fifo"]):
+        res = run_policies(s, order)
+        assert all(r.summary["n_finished"] == 160 for r in res.values())

@@ -91,6 +91,11 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
         if missing:
             raise ConfigError("--cluster", cluster, f"application {app!r} has no profile for GPU type(s) "
                               f"{sorted(missing)}; pass --profiles with Sia's per-type traces")
+    # Build every throughput model the runs will ask for now, so that no policy's `wall_seconds` carries this
+    # one-off cost (it went to whichever policy ran first).
+    for app in sorted({j.application for j in wl.jobs}):
+        for t in sorted(types):
+            models.app(app).model(t)
     return RunSetup(models, wl, nodes, cluster)
 
 
