@@ -17,13 +17,20 @@ import pandas as pd
 from elastisched.report import html, plots
 from elastisched.sim.metrics import DECOMPOSITION, SimResult
 
+#: the HTML summary's columns, header with unit (summary.csv keeps every SUMMARY_COLUMNS column)
+REPORT_COLUMNS = {"policy": "policy", "n_jobs": "jobs", "avg_jct": "avg JCT (s)", "median_jct": "median JCT (s)",
+                  "p95_jct": "p95 JCT (s)", "avg_queue": "avg queue (s)", "makespan": "makespan (s)",
+                  "gpu_utilization": "GPU utilisation (fraction)", "restarts": "restarts (count)",
+                  "preemptions": "preemptions (count)", "decision_ms_p50": "decision p50 (ms)"}
 SUMMARY_COLUMNS = ["policy", "n_jobs", "avg_jct", "median_jct", "p95_jct", "p99_jct", "avg_queue", "makespan",
                    "gpu_utilization", "restarts", "preemptions", "decision_ms_p50", "decision_ms_max",
                    "wall_seconds"]
 
 
-DECOMP_COLUMNS = ["policy", "avg_jct", *DECOMPOSITION]
-GPU_HOURS_COLUMNS = ["policy", "restarts", "gpu_h_running", "gpu_h_restarting", "gpu_h_idle"]
+#: header with unit of the decomposition tables (means per finished job; sim.metrics)
+DECOMP_COLUMNS = {"policy": "policy", "avg_jct": "avg JCT (s)", **{k: f"{k} (s)" for k in DECOMPOSITION}}
+GPU_HOURS_COLUMNS = {"policy": "policy", "restarts": "restarts (count)", "gpu_h_running": "running (GPU-h)",
+                     "gpu_h_restarting": "restarting (GPU-h)", "gpu_h_idle": "idle (GPU-h)"}
 
 
 def decomposition_rows(results: Mapping[str, SimResult]) -> list[dict[str, Any]]:
@@ -59,9 +66,9 @@ def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping
     cdf = plots.jct_cdf(results)
     loaned = any(r.timeline["loaned_servers"].max() > 0 for r in results.values() if len(r.timeline))
     util = plots.utilisation_timeline(results, loaned=loaned)
-    sections = [("Summary", html.table(rows, SUMMARY_COLUMNS)),
-                ("JCT decomposition (mean s per job)", html.table(decomposition_rows(results), DECOMP_COLUMNS)),
-                ("GPU-hours by use", html.table(decomposition_rows(results), GPU_HOURS_COLUMNS)),
+    sections = [("Summary", html.unit_table(REPORT_COLUMNS, rows)),
+                ("JCT decomposition", html.unit_table(DECOMP_COLUMNS, decomposition_rows(results))),
+                ("GPU-hours by use", html.unit_table(GPU_HOURS_COLUMNS, decomposition_rows(results))),
                 ("Job completion time", html.img(cdf, "JCT CDF")),
                 ("Utilisation", html.img(util, "utilisation timeline"))]
     sections += extra_sections or []
