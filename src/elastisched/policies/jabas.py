@@ -6,7 +6,7 @@ The paper scales **one** job over the servers it owns (digest §2(c)).  Cluster-
 * **Order** (``order``; ours, issue 13).  ``"las"`` (default): jobs being (re-)planned are served least
   attained service first (Tiresias's order), so a long job re-planned at its epoch end yields to new short
   ones; ``"submit"``: submission order (before: on the Pollux workloads long jobs kept the cluster).
-  ``grow_idle`` (default on; ours): a running job below ``min(cap, fair share)`` is re-planned whenever GPUs
+  ``grow_idle`` (default on; ours): a running job below ``min(request, fair share)`` is re-planned whenever GPUs
   are idle, not only at its epoch end (long epochs left GPUs idle while jobs ran small).
 * **Offer.**  Jobs are served in that order.  A job is *offered* the GPUs that no earlier job keeps,
   capped at its fair share ``⌈total GPUs / active jobs⌉`` (and at ``spec.min_gpus..gpu_cap`` for elastic
@@ -170,7 +170,7 @@ class JabasPolicy(Policy):
                            or (self.autoscale and st["epoch"] != job.epoch)
                            or any(n not in cap for n in job.allocation.nodes)
                            or (self.grow_idle and self.autoscale and idle > 0
-                               and job.allocation.gpus < min(_hi(job.spec), share)))
+                               and job.allocation.gpus < min(job.spec.num_gpus, share)))
             if not replan[jid]:
                 for n, g in job.allocation.placement:
                     cap[n] -= g
