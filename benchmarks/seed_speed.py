@@ -42,8 +42,7 @@ def run(policies: list[str], workloads: list[int], seeds: list[int], cluster: st
                 row = {"policy": p, "workload": w, "seed": s, "avg_jct": sm["avg_jct"], "cpu_s": cpu,
                        "restarts": sm["restarts"], "n_finished": sm["n_finished"]}
                 row |= {f"mean_{k}": float(r.jobs[k].mean()) for k in DECOMP if k in r.jobs}
-                row |= {k: sm[k] for k in ("gpu_hours_useful", "gpu_hours_restart", "gpu_hours_idle",
-                                           "gpu_hours_loss") if k in sm}
+                row |= {f"gpu_hours_{k}": v for k, v in sm.get("gpu_hours", {}).items()}
                 rows.append(row)
                 print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()}),
                       flush=True)
