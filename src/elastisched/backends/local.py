@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elastisched.backends._faults import pause
 from elastisched.backends.base import BackendEvent, GenerationEnded, GenerationRecord, JobHints, JobStarted
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import Allocation, NodeView
@@ -220,6 +221,8 @@ class LocalBackend:
         for g in groups:
             g.stopping = True
             g.signal(signal.SIGTERM)
+        if groups:
+            pause("stopping", " ".join(f"{g.job_id}:{g.generation}" for g in groups))
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and any(c is None for g in groups for c in g.codes()):
             time.sleep(0.05)
@@ -240,6 +243,7 @@ class LocalBackend:
         gen = spec.generation
         jd = self.job_dir(job_id)
         ranks: list[_Rank] = []
+        pause("planned", f"{job_id}:{gen}")
         try:
             for sub in ("logs", "run", "ckpt"):
                 (jd / sub).mkdir(parents=True, exist_ok=True)
@@ -264,6 +268,8 @@ class LocalBackend:
                                          stdin=subprocess.DEVNULL, cwd=str(jd), start_new_session=True)
                 ranks.append(_Rank(p.pid, start_ticks(p.pid), exit_file, p))
                 self.started_pids.append(p.pid)
+                if r < len(envs) - 1:
+                    pause("rank", f"{job_id}:{gen}:{r}")
         except (OSError, ValueError, RuntimeError) as e:
             for r in ranks:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -271,6 +277,7 @@ class LocalBackend:
             why = f"launch of generation {gen} failed: {type(e).__name__}: {e}"[:1000]
             return [GenerationEnded(time.time(), job_id, gen, "launch_failed", reason=why)]
         self.groups[job_id] = _Group(job_id, gen, alloc, ranks, devices)
+        pause("spawned", f"{job_id}:{gen}")
         return [JobStarted(time.time(), job_id, gen, pids=tuple((r.pid, r.ticks) for r in ranks),
                            devices=tuple(devices), port=port)]
 
