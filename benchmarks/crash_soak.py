@@ -22,7 +22,8 @@ Checked from outside the service: no acknowledged submission is lost (database a
 (confirmed by a second read of both processes) or one generation's rank is spawned twice; after cancelling
 every job still queued, no process carrying this run's workdir in its environment is left (orphans); every
 job is terminal with no live generation in the store, and every token seen in /proc is a generation the
-store planned. Writes ``<out>/crash_soak.json`` (counts, per-moment details, time, config).
+store planned; no job whose workers finished their steps (rank 0 logged "done") got a later generation.
+Writes ``<out>/crash_soak.json`` (counts, per-moment details, time, config).
 """
 
 from __future__ import annotations
@@ -286,8 +287,8 @@ def soak(tmp: Path, *, jobs: int = 1000, seed: int = 0, cluster: str = "2x4:cpu"
         log(f"{len(acked)} submissions acknowledged ({unacked} retried after no answer)")
         time.sleep(rng.uniform(0.5, 2.0))
         kill("running")  # 2. a seeded random moment while jobs run and finish
-        for point in ("planned:3", "rank:2", "spawned:5", "ended:4"):  # 3-6. launch window; an end recorded
-            window(point)
+        for point, most in (("planned", 6), ("rank", 3), ("spawned", 6), ("ended", 6)):  # 3-6. (seeded visit)
+            window(f"{point}:{rng.randint(1, most)}")
         restart("stopping:1")  # 7. a cancel's stop cut off after SIGTERM
         with svc.client() as c:
             for _ in range(30):  # a 2 s job may finish before its cancel is handled: then cancel another
@@ -307,6 +308,13 @@ def soak(tmp: Path, *, jobs: int = 1000, seed: int = 0, cluster: str = "2x4:cpu"
         procs.stop()
         svc.stop()
         _kill_all(procs)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _kill_all(procs: Procs) -> None:
@@ -378,6 +386,12 @@ def _finish(svc: Service, procs: Procs, acked: dict[int, str], unacked: int, mom
     numbering = sorted(j for j, gs in gens.items() if [g["generation"] for g in gs] != list(range(1, len(gs) + 1)))
     after_live = sorted(j for j, gs in gens.items() if any(g["state"] != "EXITED" for g in gs))
     rank_twice = sorted(f"{t[:8]}:{r}" for (t, r), pids in procs.rank_pids.items() if len(pids) > 1)
+    rerun = []  # a job whose workers finished their steps ("done" in rank 0's log) got a later generation
+    for jid, gs in gens.items():
+        logs = svc.work / "jobs" / jid / "logs"
+        done = [g["generation"] for g in gs if '"done"' in _read(logs / f"g{g['generation']}-r0.log")]
+        if done and max(g["generation"] for g in gs) > min(done):
+            rerun.append(jid)
     for m in moments:
         if m.get("job") in final:
             m["final_state"] = final[m["job"]]["state"]
@@ -387,7 +401,7 @@ def _finish(svc: Service, procs: Procs, acked: dict[int, str], unacked: int, mom
         "kills": len(moments), "moments": moments,
         "lost": len(lost_db), "lost_api": len(lost_api), "lost_ids": lost_db[:10],
         "duplicated": len(procs.duplicates), "duplicates": procs.duplicates[:10],
-        "rank_spawned_twice": rank_twice, "unknown_tokens": len(unknown),
+        "rank_spawned_twice": rank_twice, "rerun_after_done": rerun[:10], "unknown_tokens": len(unknown),
         "orphans": len(orphans), "inconsistent_before_cancel": inconsistent[:10],
         "n_inconsistent_before_cancel": len(inconsistent), "live_generations_after_cancel": after_live[:10],
         "bad_generation_numbering": numbering[:10], "states_before_cancel": before, "states_final": states,
@@ -411,6 +425,7 @@ def main() -> None:
         r["seed"] = seed
         r["pass"] = (r["submissions"] == a.jobs and r["kills"] >= 5 and not r["lost"] and not r["lost_api"]
                      and not r["duplicated"] and not r["rank_spawned_twice"] and not r["orphans"]
+                     and not r["rerun_after_done"]
                      and not r["unknown_tokens"] and not r["n_inconsistent_before_cancel"]
                      and not r["live_generations_after_cancel"] and not r["bad_generation_numbering"])
         runs.append(r)

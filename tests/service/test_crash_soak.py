@@ -82,6 +82,35 @@ def test_an_end_recorded_just_before_a_crash_is_settled_on_restart(tmp_path: Pat
     store.close()
 
 
+def test_a_generation_that_ran_and_ended_while_the_service_was_down_is_not_run_again(tmp_path: Path) -> None:
+    """Crash in the launch window (workers spawned, PIDs not recorded), and the workers finish before the
+    restart: no PID to adopt and no token in /proc, but their exit files say they ran. The job is done, not
+    relaunched as if its generation had never started. (Found by the soak: a short job's generation "lost".)"""
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    spec = {"num_gpus": 2, "min_gpus": 2, "max_gpus": 2, "batch_size": 8}
+    jid = str(store.create_job(name=None, script=FAKE, args=["--steps", "2", "--sleep", "0.01"], spec=spec)["id"])
+    be = LocalBackend(tmp_path / "work", grace_s=5.0, nodes=NODES)
+    svc = Service(store, NODES, be, "fifo", tick_s=0.01)
+    svc.min_round_gap_s = 0.0
+    be.poll = lambda: []  # type: ignore[method-assign]  # the service dies before it hears of the PIDs
+    svc.step()
+    run = be.job_dir(jid) / "run"
+    wait_for(lambda: all((run / f"g1-r{r}.exit").exists() for r in (0, 1)), 30, "both ranks to finish")
+    assert store.generations(jid)[0]["pids"] == []
+    del svc, be  # kill -9
+    svc2 = Service(store, NODES, LocalBackend(tmp_path / "work", grace_s=5.0, nodes=NODES), "fifo", tick_s=0.01)
+    svc2.start()
+    try:
+        wait_for(lambda: (r := store.get_job(jid)) is not None and r["state"] in ("SUCCEEDED", "FAILED"), 30, "end")
+    finally:
+        svc2.stop()
+    gens = store.generations(jid)
+    assert store.get_job(jid)["state"] == "SUCCEEDED"  # type: ignore[index]
+    assert [(g["generation"], g["outcome"]) for g in gens] == [(1, "succeeded")]
+    assert svc2.backend.started_pids == []  # type: ignore[attr-defined]
+    store.close()
+
+
 def test_kill9_at_eight_moments_loses_nothing_runs_nothing_twice_leaves_no_orphan(tmp_path: Path) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     r = _soak_module().soak(tmp_path, jobs=1000, seed=0, run_s=5.0, log=lambda m: print(m, flush=True))
@@ -97,6 +126,7 @@ def test_kill9_at_eight_moments_loses_nothing_runs_nothing_twice_leaves_no_orpha
         assert moments["ended"]["final_state"] == "SUCCEEDED", moments["ended"]
     assert r["lost"] == 0 and r["lost_api"] == 0, r["lost_ids"]
     assert r["duplicated"] == 0 and r["rank_spawned_twice"] == [], r["duplicates"]
+    assert r["rerun_after_done"] == [], r["rerun_after_done"]  # a finished generation is the job's last
     assert r["unknown_tokens"] == 0 and r["bad_generation_numbering"] == []
     assert r["n_inconsistent_before_cancel"] == 0, r["inconsistent_before_cancel"]
     assert r["orphans"] == 0 and r["live_generations_after_cancel"] == []

@@ -136,12 +136,12 @@ class _Group:
     def signal(self, sig: int) -> None:
         if sig == signal.SIGKILL:  # each rank leads its own session: kill its whole group
             for r in self.ranks:
-                if r.code() is None:
+                if r.pid > 0 and r.code() is None:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(r.pid, signal.SIGKILL)
             return
         for r in self.ranks:
-            if r.code() is None:
+            if r.pid > 0 and r.code() is None:  # pid 0: a rank known only by its exit file
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(r.pid, sig)
 
@@ -351,16 +351,20 @@ class LocalBackend:
         for rec in generations:
             jid, n = rec.job_id, rec.generation
             run = self.job_dir(jid) / "run"
-            pids = list(rec.pids)
+            pids, ran = list(rec.pids), set[int]()
             if rec.token and (len(pids) != rec.allocation.gpus or not any(start_ticks(p) == t for p, t in pids)):
+                # Ranks that ran and ended while we were down are gone from /proc but left their exit files.
+                if not rec.pids:
+                    ran = {r for r in range(rec.allocation.gpus) if (run / f"g{n}-r{r}.exit").exists()}
                 found = find_by_token(rec.token)  # the crash came before the PIDs were recorded
                 deadline = time.monotonic() + 1.0  # a rank forked but not yet exec'd shows its parent's environment
-                while len(found) < rec.allocation.gpus and time.monotonic() < deadline:
+                while len(ran | found.keys()) < rec.allocation.gpus and time.monotonic() < deadline:
                     time.sleep(0.05)
                     found = find_by_token(rec.token)
-                if found:
-                    pids = [found.get(r, (0, None)) for r in range(max(found) + 1)]
-            ranks = [_Rank(int(pid), ticks, run / f"g{n}-r{r}.exit") for r, (pid, ticks) in enumerate(pids) if pid]
+                if found or ran:
+                    pids = [found.get(r, (0, None)) for r in range(max([*found, *ran]) + 1)]
+            ranks = [_Rank(int(pid), ticks, run / f"g{n}-r{r}.exit") for r, (pid, ticks) in enumerate(pids)
+                     if pid or (run / f"g{n}-r{r}.exit").exists()]  # pid 0: known by its exit file alone
             g = _Group(jid, n, rec.allocation, ranks, list(rec.devices or [None] * len(ranks)))
             codes = g.codes()
             if not rec.keep:
