@@ -22,7 +22,8 @@ Checked from outside the service: no acknowledged submission is lost (database a
 (confirmed by a second read of both processes) or one generation's rank is spawned twice; after cancelling
 every job still queued, no process carrying this run's workdir in its environment is left (orphans); every
 job is terminal with no live generation in the store, and every token seen in /proc is a generation the
-store planned; no job whose workers finished their steps (rank 0 logged "done") got a later generation.
+store planned; no job whose workers all finished their steps (each rank logged "done") got a later generation (a
+partial generation's rank 0 may finish alone: the fake worker has no collective to wait in).
 Writes ``<out>/crash_soak.json`` (counts, per-moment details, time, config).
 """
 
@@ -386,10 +387,11 @@ def _finish(svc: Service, procs: Procs, acked: dict[int, str], unacked: int, mom
     numbering = sorted(j for j, gs in gens.items() if [g["generation"] for g in gs] != list(range(1, len(gs) + 1)))
     after_live = sorted(j for j, gs in gens.items() if any(g["state"] != "EXITED" for g in gs))
     rank_twice = sorted(f"{t[:8]}:{r}" for (t, r), pids in procs.rank_pids.items() if len(pids) > 1)
-    rerun = []  # a job whose workers finished their steps ("done" in rank 0's log) got a later generation
+    rerun = []  # a job whose workers all finished their steps ("done" in every rank's log) got a later generation
     for jid, gs in gens.items():
         logs = svc.work / "jobs" / jid / "logs"
-        done = [g["generation"] for g in gs if '"done"' in _read(logs / f"g{g['generation']}-r0.log")]
+        done = [g["generation"] for g in gs if all('"done"' in _read(logs / f"g{g['generation']}-r{r}.log")
+                                                   for r in range(sum(int(k) for _, k in g["placement"])))]
         if done and max(g["generation"] for g in gs) > min(done):
             rerun.append(jid)
     for m in moments:
