@@ -1,6 +1,6 @@
-"""Crash soak (issue 11): 1,000 submissions through the real API, `kill -9` of the service at several moments
-(three of them inside the launch window), a restart on the same database and workdir after each; then every job
-still queued is cancelled.
+"""Crash soak (issue 11): 1,000 submissions through the real API, `kill -9` of the service at eight moments
+(five at a fault hook, three of them inside the launch window), a restart on the same database and workdir
+after each; then every job still queued is cancelled.
 
 The real service (`python -m elastisched.service`: uvicorn, SQLite, local backend) runs real worker
 subprocesses (`tests/backends/fake_worker.py`: stdlib only, a few short steps, checkpoints on SIGTERM) on

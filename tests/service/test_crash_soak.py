@@ -1,6 +1,8 @@
 """Crash soak (issue 11 must-show): 1,000 submissions through the real API, `kill -9` of the real service at
-eight moments (three inside the launch window, reached deterministically through the fault hook of
-`backends/_faults.py`), a restart on the same workdir after each, then a cancel of every job left.
+eight moments (five reached deterministically through the fault hook of `backends/_faults.py`: three inside
+the launch window, a recorded end, a cut-off stop), a restart on the same workdir after each, then a cancel
+of every job left. Two fast tests pin the defects the soak found (an end recorded just before a crash left
+its job running forever; a generation that ran and ended while the service was down was relaunched).
 
 The driver is `benchmarks/crash_soak.py` (its longer variant writes JSON); this test runs it once and
 asserts: 0 acknowledged submissions lost, 0 generations of one job alive at once and no rank spawned twice
@@ -16,6 +18,7 @@ import json
 import os
 import signal
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from _svc_helpers import FAKE, ROOT, wait_for
@@ -29,7 +32,7 @@ from elastisched.service.store import Store
 NODES = parse_cluster("1x2:cpu", default_gpu_type="cpu")
 
 
-def _soak_module():  # type: ignore[no-untyped-def]
+def _soak_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("crash_soak", ROOT / "benchmarks" / "crash_soak.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
