@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 from _svc_helpers import FAKE, ROOT, wait_for
 
-from elastisched.backends.local import LocalBackend
+from elastisched.backends.local import LocalBackend, start_ticks
 from elastisched.core.cluster import parse_cluster
 from elastisched.service import launches
 from elastisched.service.daemon import Service
@@ -111,6 +111,37 @@ def test_a_generation_that_ran_and_ended_while_the_service_was_down_is_not_run_a
     assert store.get_job(jid)["state"] == "SUCCEEDED"  # type: ignore[index]
     assert [(g["generation"], g["outcome"]) for g in gens] == [(1, "succeeded")]
     assert svc2.backend.started_pids == []  # type: ignore[attr-defined]
+    store.close()
+
+
+def test_a_partly_started_generation_is_gone_before_recovery_hands_it_back_for_relaunch(tmp_path: Path) -> None:
+    """Crash between spawning rank 0 and rank 1 (the soak's `rank` moment): recovery SIGKILLs rank 0 and reports
+    the generation lost, and the daemon relaunches the job at once, so rank 0 must be gone by then, not merely
+    signalled (a SIGKILLed process lives on until it is scheduled), or two generations are alive together."""
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    spec = {"num_gpus": 2, "min_gpus": 2, "max_gpus": 2, "batch_size": 8}
+    jid = str(store.create_job(name=None, script=FAKE, args=["--steps", "400", "--sleep", "0.05"], spec=spec)["id"])
+    be = LocalBackend(tmp_path / "work", grace_s=5.0, nodes=NODES)
+    svc = Service(store, NODES, be, "fifo", tick_s=0.01)
+    svc.min_round_gap_s = 0.0
+    be.poll = lambda: []  # type: ignore[method-assign]  # the service dies before it hears of the PIDs
+    svc.step()
+    r0, r1 = be.started_pids
+    os.killpg(r1, signal.SIGKILL)  # as if rank 1 had never been spawned: no process, no exit file
+    proc1 = be.groups[jid].ranks[1].proc
+    assert proc1 is not None
+    wait_for(lambda: proc1.poll() is not None, 10, "rank 1 gone")
+    ticks = start_ticks(r0)
+    del svc, be
+    try:
+        be2 = LocalBackend(tmp_path / "work", grace_s=5.0, nodes=NODES)
+        svc2 = Service(store, NODES, be2, "fifo", tick_s=0.01)
+        events = be2.recover(svc2.launches.records())
+        assert [(type(e).__name__, getattr(e, "outcome", None)) for e in events] == [("GenerationEnded", "lost")]
+        assert start_ticks(r0) != ticks  # gone (or a zombie), not just signalled
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(r0, signal.SIGKILL)
     store.close()
 
 

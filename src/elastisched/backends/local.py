@@ -372,8 +372,9 @@ class LocalBackend:
                 out.append(GenerationEnded(time.time(), jid, n, "stopped", tuple(g.codes())))
                 continue
             if not ranks or len(ranks) != rec.allocation.gpus:
-                # Planned but never (fully) started: stop what there is; nothing else can be running.
+                # Planned but never (fully) started: stop what there is (gone before the daemon relaunches it).
                 g.signal(signal.SIGKILL)
+                self._wait_gone(g)
                 out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "never fully started"))
                 continue
             if all(c is None for c in codes) or (any(c is None for c in codes) and not any(codes)):
@@ -384,6 +385,7 @@ class LocalBackend:
             if rec.state == "STOPPING" or all(c == -9 for c in codes):
                 # Interrupted mid-stop, or killed while we were down: resume from the checkpoint.
                 g.signal(signal.SIGKILL)
+                self._wait_gone(g)
                 out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "gone while we were down"))
                 continue
             out.append(self._ended(g, codes))
