@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from elastisched.report import html, plots
+from elastisched.report import html
 from elastisched.sim.metrics import SimResult
 
 #: the HTML summary's columns, header with unit (summary.csv keeps every SUMMARY_COLUMNS column)
@@ -43,6 +43,8 @@ def write_run(out: Path, result: SimResult) -> None:
 def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping[str, Any],
                    extra_sections: list[tuple[str, str]] | None = None) -> dict[str, bytes | str]:
     """Files of a comparison, by name (nothing written yet)."""
+    from elastisched.report import plots  # matplotlib: only when there is something to plot (not `sim run`)
+
     rows = [r.summary for r in results.values()]
     summary = pd.DataFrame(rows)[[c for c in SUMMARY_COLUMNS if c in rows[0]]]
     cdf = plots.jct_cdf(results)
