@@ -192,17 +192,22 @@ class SiaJobModel:
     observed: dict[str, dict[tuple[int, int, int], tuple[float, float]]] = field(default_factory=dict)
     grad: tuple[float, float] | None = None
     _params: dict[str, PolluxParams] = field(default_factory=dict)
+    #: memo for the caller's goodput rows; cleared whenever the model or the gradient statistics change
+    cache: dict[tuple[object, ...], np.ndarray] = field(default_factory=dict)
 
     def observe(self, gpu_type: str, nodes: int, replicas: int, micro: int, step: float, sync: float,
                 grad: tuple[float, float]) -> None:
         """Record one measurement (artifact `Job.update_params`: a new point refits that type's model)."""
-        self.grad = grad
+        if grad != self.grad:
+            self.grad = grad
+            self.cache.clear()
         prof = self.observed.setdefault(gpu_type, {})
         key = (int(nodes), int(replicas), int(micro))
         if key in prof:
             return
         prof[key] = (float(step), float(sync))
         self._params.pop(gpu_type, None)
+        self.cache.clear()
 
     def params(self, gpu_type: str) -> PolluxParams | None:
         prof = self.observed.get(gpu_type)

@@ -99,7 +99,7 @@ def _spread(res: Any, c: np.ndarray, a_ub: Any, b_ub: np.ndarray, bounds: list[t
     b2 = np.concatenate([b_ub, [opt + tol], np.zeros(m)])
     c2 = np.zeros(nv + 1)
     c2[-1] = -1.0
-    res2 = linprog(c2, A_ub=a2, b_ub=b2, bounds=list(bounds) + [(0.0, None)], method="highs")
+    res2 = linprog(c2, A_ub=a2, b_ub=b2, bounds=[*bounds, (0.0, None)], method="highs")
     return res2 if res2.x is not None else res
 
 
@@ -181,7 +181,7 @@ class GavelPolicy(Policy):
         entries.sort(key=lambda e: (e[0], e[1]), reverse=True)  # stable: type order, then job order
         left = dict(cap)
         placed: dict[int, str] = {}
-        for prio, _, k, i in entries:
+        for _prio, _, k, i in entries:
             t = types[k]
             if i in placed or left[t] == 0 or tput[i, k] <= 0 or scale[i] > left[t]:
                 continue

@@ -167,10 +167,14 @@ class SiaPolicy(Policy):
             gpus = np.array([lay.configs[i][2] for i in idx], dtype=float)
             nodes = np.ceil(gpus / lay.per_node[src]) if src != t else np.array([lay.configs[i][1] for i in idx],
                                                                                  dtype=float)
-            good, _, _ = optimize_batch(params, model.grad, app.init_batch_size, nodes, gpus, max_batch,
-                                        micro_batch_range(tp[src]))
-            if src != t:
-                good = good * self._ratio(app, t, src)
+            key = (t, src, maxrep, max_batch)
+            good = model.cache.get(key)
+            if good is None:
+                good, _, _ = optimize_batch(params, model.grad, app.init_batch_size, nodes, gpus, max_batch,
+                                            micro_batch_range(tp[src]))
+                if src != t:
+                    good = good * self._ratio(app, t, src)
+                model.cache[key] = good
             row[idx] = np.maximum(good, ZERO_ALLOC_GAIN)
             ok = good > ZERO_ALLOC_GAIN
             if ok.any():
@@ -260,11 +264,15 @@ class SiaPolicy(Policy):
         cols: list[tuple[int, str, int, float, bool]] = []  # (job row, type, GPUs, cost, forced)
         for r, row in enumerate(rows):
             s = np.minimum(np.round(np.power(row, self.p), 2), GOODPUT_CLIP) if self.p < 0 else row**self.p
-            for i, (t, _, g) in enumerate(lay.configs):
+            best: dict[str, float] = {}
+            for i, (t, _, g) in enumerate(lay.configs):  # configs of a type come in increasing GPU count
                 is_forced = forced.get(r) == i
                 cost = float(s[i]) - self.lambda_n if self.p < 0 else -(float(s[i]) - self.lambda_n)
-                if (row[i] > ZERO_ALLOC_GAIN and cost < 0) or is_forced:
+                # a configuration no cheaper than a smaller one of the same type is never needed (dominated)
+                if (row[i] > ZERO_ALLOC_GAIN and cost < min(0.0, best.get(t, 0.0))) or is_forced:
                     cols.append((r, t, g, cost, is_forced))
+                    if row[i] > ZERO_ALLOC_GAIN:
+                        best[t] = min(best.get(t, 0.0), cost)
         for r, t, g, v in extra:
             s = round(v**self.p, 2) if self.p < 0 else v**self.p
             cost = s - self.lambda_n if self.p < 0 else -(s - self.lambda_n)
