@@ -66,6 +66,8 @@ def solve_allocation(tput: np.ndarray, scale: np.ndarray, capacity: np.ndarray, 
         w = np.where(prop[:, None] > 0, tput * scale[:, None] / np.where(prop[:, None] > 0, prop[:, None], 1), 0)
         # variables: x (nv), z; maximise z s.t. z − Σ_t w x ≤ 0 for each job that can run anywhere
         ok = w.sum(axis=1) > 0
+        if not ok.any():
+            return np.zeros((m, n))
         rows_w = csr_matrix((-w.reshape(-1), (np.repeat(np.arange(m), n), np.arange(nv))), shape=(m, nv))[ok]
         a_ub = vstack([hstack([rows_job, csr_matrix((m, 1))]), hstack([rows_cap, csr_matrix((n, 1))]),
                        hstack([rows_w, csr_matrix(np.ones((int(ok.sum()), 1)))])]).tocsr()

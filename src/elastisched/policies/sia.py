@@ -153,11 +153,14 @@ class SiaPolicy(Policy):
                          app.max_batch_size // micro_batch_range(tp[t])[0]) for t in allowed)
         if app.name == "ncf":
             maxrep = 1
+        minrep = 1
+        if job.spec.elastic:  # a job that declares bounds stays within them
+            minrep, maxrep = job.spec.min_gpus, max(job.spec.min_gpus, min(maxrep, job.spec.gpu_cap))
         seen = [t for t in lay.types if t in model.types_seen and t in tp]
         unknown: list[str] = []
         known_min = math.inf
         for t in allowed:
-            idx = [i for i, (ct, _, g) in enumerate(lay.configs) if ct == t and g <= maxrep]
+            idx = [i for i, (ct, _, g) in enumerate(lay.configs) if ct == t and minrep <= g <= maxrep]
             src = t if model.params(t) is not None else (seen[0] if seen and model.grad is not None else None)
             if src is None or model.grad is None or not idx:
                 unknown.append(t)
@@ -167,7 +170,7 @@ class SiaPolicy(Policy):
             gpus = np.array([lay.configs[i][2] for i in idx], dtype=float)
             nodes = np.ceil(gpus / lay.per_node[src]) if src != t else np.array([lay.configs[i][1] for i in idx],
                                                                                  dtype=float)
-            key = (t, src, maxrep, max_batch)
+            key = (t, src, minrep, maxrep, max_batch)
             good = model.cache.get(key)
             if good is None:
                 good, _, _ = optimize_batch(params, model.grad, app.init_batch_size, nodes, gpus, max_batch,
@@ -180,10 +183,10 @@ class SiaPolicy(Policy):
             if ok.any():
                 known_min = min(known_min, float(good[ok].min()))
         row = row * (1.0 / known_min if known_min < math.inf else 1.0)
-        for t in unknown:
-            for i, (ct, _, g) in enumerate(lay.configs):
-                if ct == t and g == 1:
-                    row[i] = 1.0
+        for t in unknown:  # never ran anywhere: worth 1 on its smallest valid size of each type
+            i_min = next((i for i, (ct, _, g) in enumerate(lay.configs) if ct == t and minrep <= g <= maxrep), None)
+            if i_min is not None:
+                row[i_min] = 1.0
         row[row <= ZERO_ALLOC_GAIN] = ZERO_ALLOC_GAIN
         return row
 
