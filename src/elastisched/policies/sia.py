@@ -26,9 +26,11 @@ Readings of ambiguities (docs/peers.md lists them all):
 - Observations: each round a running job (past its restart) "measures" its step/sync time, read from its
   own performance model at its current placement and micro-batch — exactly the number the artifact's
   simulated job feeds to `update_params`.
-- Batch size: the artifact re-optimises a job's batch every step without restarting it; our engine restarts
-  a job whose batch changes, so the batch is chosen when the configuration changes (by the goodput model,
-  after recording the first step the job would run at its initial batch there) and kept until the next one.
+- Batch size: the artifact re-optimises a job's batch every step without restarting it. The batch is chosen
+  when the configuration changes (by the goodput model, after recording the first step the job would run at
+  its initial batch there); with `retune_batch=True` it is also re-optimised every round for a job that keeps
+  its configuration — a batch-only change, which costs a restart unless the body applies it in place (the
+  `sia` experiment's simulator does, as AdaptDL does).
 - Configurations ≥ 0 cost are never chosen and are dropped from the MILP; ties between equal-cost solutions
   are broken by HiGHS, not CBC. Placement is left to the engine's placer (whole nodes first, like the
   artifact's `alloc_to_placement_fast`); a job keeping its (type, GPU count) keeps its nodes.
