@@ -48,3 +48,18 @@ def test_pollux_is_pending_until_registered() -> None:
 def test_bad_root_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="root="):
         SiaExperiment().run(SiaConfig(root=tmp_path))
+
+
+def test_a_peer_that_fails_on_the_cluster_is_reported_pending(monkeypatch: pytest.MonkeyPatch) -> None:
+    import elastisched.experiments.sia as exp
+
+    root = _root()
+
+    def boom(policy: str, *a: object, **k: object) -> object:
+        raise ValueError(f"{policy} cannot place mixed GPU types")
+
+    monkeypatch.setattr(exp, "registered", lambda: {"peer-x": object})
+    monkeypatch.setattr(exp, "run_one", boom)
+    res = SiaExperiment().run(SiaConfig(root=root, workloads=(1, 2), policies=("peer-x",)))
+    assert res.data["pending"] == ["peer-x"] and "cannot place" in res.data["pending_note"]["peer-x"]
+    assert res.verdicts == [] and res.tables[0].rows == []
