@@ -139,3 +139,24 @@ def test_short_run_on_mixed_types_is_deterministic_and_elastic(sia_models: PerfM
     assert jobs0["avg_gpus"].max() > 1.5  # jobs grew beyond their first GPU
     types = {t for d in by_type for t, s in d.items() if s > 0}
     assert len(types) >= 2  # the MILP used more than one GPU type
+
+
+def test_state_dict_round_trip_reproduces_decisions(sia_models: PerfModels) -> None:
+    import json
+
+    nodes = parse_cluster("1x4:t4,1x8:a100")
+    spec = JobSpec("a", 0.0, "cifar10", 4, 2048)
+    pol = SiaPolicy()
+    ctx = PolicyContext(perf=sia_models)
+    d1 = pol.schedule(_snap(nodes, [JobView(spec, JobPhase.PENDING, Allocation())]), ctx)
+    a = d1.allocations["a"]
+    node = next(n for n in nodes if n.gpu_type == a.gpu_type)
+    running = JobView(spec, JobPhase.RUNNING, Allocation(((node.node_id, a.num_gpus),), batch_size=a.batch_size),
+                      batch_size=a.batch_size or 0, epoch=3)
+    snap2 = _snap(nodes, [running], now=600.0)
+    state = json.loads(json.dumps(pol.state_dict()))  # JSON-able
+    twin = SiaPolicy()
+    twin.load_state_dict(state)
+    assert twin.state_dict() == state
+    assert dict(twin.schedule(snap2, ctx).allocations) == dict(pol.schedule(snap2, ctx).allocations)
+    assert twin.models["a"].max_profiled_replicas(a.gpu_type or "") >= 1

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -113,6 +114,22 @@ class SiaPolicy(Policy):
     def on_finish(self, job_id: JobId, now: float) -> None:
         self.models.pop(job_id, None)
         self.prev.pop(job_id, None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What Sia has learnt (observed step times, gradient statistics) and last round's configurations."""
+        return {"prev": {j: list(v) for j, v in self.prev.items()},
+                "jobs": {j: {"grad": list(m.grad) if m.grad else None,
+                             "observed": {t: [[*k, *v] for k, v in prof.items()] for t, prof in m.observed.items()}}
+                         for j, m in self.models.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.prev = {j: (str(v[0]), int(v[1])) for j, v in state.get("prev", {}).items()}
+        self.models = {}
+        for j, d in state.get("jobs", {}).items():
+            m = self.models[j] = SiaJobModel()
+            m.grad = (float(d["grad"][0]), float(d["grad"][1])) if d.get("grad") else None
+            for t, pts in d.get("observed", {}).items():
+                m.observed[t] = {(int(n), int(r), int(b)): (float(st), float(sy)) for n, r, b, st, sy in pts}
 
     # ------------------------------------------------------------------ helpers
     @staticmethod
