@@ -285,7 +285,8 @@ class SiaPolicy(Policy):
         """The MILP; returns job row → (type, GPUs)."""
         cols: list[tuple[int, str, int, float, bool]] = []  # (job row, type, GPUs, cost, forced)
         for r, row in enumerate(rows):
-            s = np.minimum(np.round(np.power(row, self.p), 2), GOODPUT_CLIP) if self.p < 0 else row**self.p
+            with np.errstate(divide="ignore"):  # a restart factor of 0 gives 0^p = inf: clipped, as there
+                s = np.minimum(np.round(np.power(row, self.p), 2), GOODPUT_CLIP) if self.p < 0 else row**self.p
             best: dict[str, float] = {}
             for i, (t, _, g) in enumerate(lay.configs):  # configs of a type come in increasing GPU count
                 is_forced = forced.get(r) == i
