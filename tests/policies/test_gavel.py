@@ -105,3 +105,15 @@ def test_mixed_types_prefer_the_faster_type(models: PerfModels) -> None:
     cfg = app.batch_config(1, 12)
     faster = min(("t4", "a100"), key=lambda t: app.iteration_time(t, (1,), cfg))
     assert d.allocations["s"].gpu_type == faster
+
+
+def test_ties_take_the_centre_of_the_optimal_face_like_an_interior_point_solver() -> None:
+    # three identical jobs, two GPUs: every split with x1 + x2 + x3 = 2 is optimal. The analytic centre gives
+    # each 2/3 (what ECOS returns in the artifact); the bare simplex vertex gives two jobs everything.
+    tput, scale, cap = np.ones((3, 1)), np.ones(3), np.array([2.0])
+    x = solve_allocation(tput, scale, cap, "max_sum_throughput")
+    assert x[:, 0] == pytest.approx([2 / 3] * 3, abs=1e-4)
+    v = solve_allocation(tput, scale, cap, "max_sum_throughput", center=False)
+    assert sorted(np.round(v[:, 0], 6)) == [0.0, 1.0, 1.0]
+    # the centre is still optimal
+    assert float(x.sum()) == pytest.approx(2.0, abs=1e-4)

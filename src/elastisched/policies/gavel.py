@@ -15,9 +15,10 @@ artifact (`sia-simulator/gavel.py`, `policies/`), which produced Sia's Gavel bas
     equal (proportional) share of every type;
   - `"max_sum_throughput"`: maximise `Σ_{j,t} tput[j,t] · x[j,t]` — the objective Sia's artifact actually
     runs for "its Gavel" (`simulator_config.gavel_default_policy = "max_sum_throughput_perf"`).
-  Among optimal allocations the LP returns one vertex (HiGHS); the artifact's ECOS returns an interior
-  point. We break the tie towards spreading: a second LP keeps the objective within 1e-6 of its optimum and
-  maximises the smallest total fraction any job gets (docs/peers.md).
+  Among optimal allocations HiGHS returns a vertex, the artifact's ECOS an interior point, which spreads time
+  over all equally good allocations — and who runs when depends on it. We take the analytic centre of the
+  optimal face (thickened by 1e-6 of the optimum): a phase-I LP for an interior point, then damped Newton on
+  the log barrier (`center=True`, default; `False` keeps the vertex).
 - **Rounds** (default 360 s, Sia's comparison): each job accrues `round/2` seconds on every type when it
   arrives (and the type's total too); priority = `x[j,t] / (time j received on t / time t handed out)`;
   entries (job, type) are visited by priority (then fraction), each job placed once, on a type with
@@ -50,7 +51,7 @@ def step_rate(app: Application, gpu_type: str, gpus: int, per_node: int, batch: 
 
 
 def solve_allocation(tput: np.ndarray, scale: np.ndarray, capacity: np.ndarray, objective: Objective = "las",
-                     spread: bool = True) -> np.ndarray:
+                     center: bool = True) -> np.ndarray:
     """Time fractions x[j, t] (jobs × types) of Gavel's LP; `tput` 0 marks a type the job cannot use."""
     m, n = tput.shape
     if m == 0:
@@ -83,26 +84,68 @@ def solve_allocation(tput: np.ndarray, scale: np.ndarray, capacity: np.ndarray, 
     res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
     if res.x is None:
         raise RuntimeError(f"gavel: LP failed ({res.message})")
-    if spread:
-        res = _spread(res, c, a_ub, b_ub, bounds, m, n)
-    return np.clip(np.round(res.x[:nv], 5), 0.0, 1.0).reshape(m, n)
+    x = res.x
+    if center:
+        centre = _center(c, a_ub, b_ub, bounds, float(c @ res.x))
+        x = centre if centre is not None else x
+    return np.clip(np.round(x[:nv], 5), 0.0, 1.0).reshape(m, n)
 
 
-def _spread(res: Any, c: np.ndarray, a_ub: Any, b_ub: np.ndarray, bounds: list[tuple[float, float | None]],
-            m: int, n: int) -> Any:
-    """Among optimal solutions, maximise the smallest total time fraction of a job (ties → spread out)."""
-    nv = len(c)
-    opt = float(c @ res.x)
-    tol = 1e-6 * max(1.0, abs(opt))
-    job_sum = csr_matrix((-np.ones(m * n), (np.repeat(np.arange(m), n), np.arange(m * n))), shape=(m, nv))
-    a2 = vstack([hstack([a_ub, csr_matrix((a_ub.shape[0], 1))]),
-                 hstack([csr_matrix(c.reshape(1, -1)), csr_matrix((1, 1))]),
-                 hstack([job_sum, csr_matrix(np.ones((m, 1)))])]).tocsr()
-    b2 = np.concatenate([b_ub, [opt + tol], np.zeros(m)])
-    c2 = np.zeros(nv + 1)
-    c2[-1] = -1.0
-    res2 = linprog(c2, A_ub=a2, b_ub=b2, bounds=[*bounds, (0.0, None)], method="highs")
-    return res2 if res2.x is not None else res
+def _center(c: np.ndarray, a_ub: Any, b_ub: np.ndarray, bounds: list[tuple[float, float | None]], opt: float,
+            rel_tol: float = 1e-6) -> np.ndarray | None:
+    """Analytic centre of the (slightly thickened) optimal face: the solution an interior-point solver such as
+    ECOS converges to, which spreads time over all equally good allocations. None if it cannot be found."""
+    lo = np.array([b[0] for b in bounds], dtype=float)
+    hi = np.array([np.inf if b[1] is None else b[1] for b in bounds], dtype=float)
+    act = hi > lo
+    a = np.asarray(a_ub.todense() if hasattr(a_ub, "todense") else a_ub, dtype=float)
+    rows = np.vstack([a[:, act], c[act][None, :]])
+    rhs = np.concatenate([b_ub - a[:, ~act] @ lo[~act], [opt + rel_tol * max(1.0, abs(opt)) - c[~act] @ lo[~act]]])
+    keep = np.abs(rows).sum(axis=1) > 0
+    rows, rhs = rows[keep], rhs[keep]
+    lo_a, hi_a = lo[act], hi[act]
+    fin = np.isfinite(hi_a)
+    k = act.sum()
+    # phase I: a strictly interior point (largest uniform slack, capped at 1)
+    g1 = np.vstack([np.hstack([rows, np.ones((len(rows), 1))]),
+                    np.hstack([-np.eye(k), np.ones((k, 1))]),
+                    np.hstack([np.eye(k)[fin], np.ones((int(fin.sum()), 1))])])
+    h1 = np.concatenate([rhs, -lo_a, hi_a[fin]])
+    c1 = np.zeros(k + 1)
+    c1[-1] = -1.0
+    r1 = linprog(c1, A_ub=g1, b_ub=h1, bounds=[(None, None)] * k + [(None, 1.0)], method="highs")
+    if r1.x is None or r1.x[-1] <= 0:
+        return None
+    v = r1.x[:k]
+
+    def slacks(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return rhs - rows @ v, v - lo_a, (hi_a - v)[fin]
+
+    def phi(v: np.ndarray) -> float:
+        sr, sl, sh = slacks(v)
+        if min(sr.min(initial=1.0), sl.min(initial=1.0), sh.min(initial=1.0)) <= 0:
+            return np.inf
+        return float(-np.log(sr).sum() - np.log(sl).sum() - np.log(sh).sum())
+
+    for _ in range(200):  # damped Newton on the log barrier (self-concordant: converges from any interior point)
+        sr, sl, sh = slacks(v)
+        up = np.zeros(k)
+        up[fin] = 1.0 / sh
+        grad = rows.T @ (1.0 / sr) - 1.0 / sl + up
+        dh = np.zeros(k)
+        dh[fin] = 1.0 / sh**2
+        hess = (rows.T * (1.0 / sr**2)) @ rows + np.diag(1.0 / sl**2 + dh)
+        step = -np.linalg.solve(hess + 1e-12 * np.eye(k), grad)
+        dec = float(-grad @ step)
+        if dec < 1e-12:
+            break
+        t, f0 = 1.0, phi(v)
+        while phi(v + t * step) > f0 - 0.25 * t * dec and t > 1e-12:
+            t *= 0.5
+        v = v + t * step
+    out = lo.copy()
+    out[act] = v
+    return out
 
 
 @register
@@ -114,14 +157,14 @@ class GavelPolicy(Policy):
     elastic = False
     needs_perf_models = True
 
-    def __init__(self, interval: float = 360.0, objective: Objective = "las", spread: bool = True) -> None:
+    def __init__(self, interval: float = 360.0, objective: Objective = "las", center: bool = True) -> None:
         if objective not in ("las", "max_sum_throughput"):
             raise ValueError(f"gavel: objective={objective!r}; known: las, max_sum_throughput")
         if interval <= 0:
             raise ValueError(f"gavel: interval={interval!r} must be > 0")
         self.interval = float(interval)  # type: ignore[misc]
         self.objective: Objective = objective
-        self.spread = spread
+        self.center = center
         self.job_time: dict[JobId, dict[str, float]] = {}
         self.type_time: dict[str, float] = {}
 
@@ -170,7 +213,7 @@ class GavelPolicy(Policy):
             tput[i] = self._tput(job, app, tuple(types), per_node, cap)
         scale = np.array([snap.jobs[j].spec.num_gpus for j in jids], dtype=float)
         capv = np.array([cap[t] for t in types], dtype=float)
-        x = solve_allocation(tput, scale, capv, self.objective, self.spread)
+        x = solve_allocation(tput, scale, capv, self.objective, self.center)
         entries: list[tuple[float, float, int, int]] = []  # (priority, fraction x, type index, job index)
         for k, t in enumerate(types):
             for i, jid in enumerate(jids):
