@@ -157,7 +157,6 @@ def _optional_plugins() -> None:
 
     for module, target in (("elastisched.train.commands", app), ("elastisched.loaning.reproduce", reproduce_app),
                            ("elastisched.report.ones_reproduce", reproduce_app),
-                           ("elastisched.report.jabas_reproduce", reproduce_app),
                            ("elastisched.service.commands", app)):
         try:
             mod = importlib.import_module(module)
