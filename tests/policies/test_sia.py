@@ -123,10 +123,11 @@ def _saturn_prefix(models: PerfModels, n: int) -> object:
 
 
 def _run(models: PerfModels, n: int, seed: int) -> tuple[pd.DataFrame, list[dict[str, float]]]:
-    from elastisched.experiments.sia import SIA_CLUSTER, InPlaceBatchSimulator
+    from elastisched.experiments.sia import SIA_CLUSTER
+    from elastisched.sim.simulator import Simulator
 
-    sim = InPlaceBatchSimulator(_saturn_prefix(models, n), SiaPolicy(retune_batch=True),  # type: ignore[arg-type]
-                                parse_cluster(SIA_CLUSTER), models, SimConfig(seed=seed))
+    sim = Simulator(_saturn_prefix(models, n), SiaPolicy(retune_batch=True),  # type: ignore[arg-type]
+                    parse_cluster(SIA_CLUSTER), models, SimConfig(seed=seed, reconfigure_cost=0.0))
     res = sim.run()
     return res.jobs, [dict(j.gpu_seconds_by_type) for j in sim.done]
 

@@ -39,9 +39,7 @@ from elastisched.experiments.base import (
 from elastisched.models.profiles import load_sia
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, make_policy, registered
-from elastisched.sim import SimConfig, SimResult
-from elastisched.sim.jobstate import INF, SimJob
-from elastisched.sim.simulator import COMPLETION, Simulator
+from elastisched.sim import SimConfig, SimResult, simulate
 from elastisched.workloads.pollux import load_pollux_csv
 from elastisched.workloads.schema import Workload
 
@@ -63,32 +61,6 @@ POLICY_OPTIONS: dict[str, dict[str, Any]] = {
     "gavel": {"interval": 360.0, "objective": "max_sum_throughput"},  # the artifact's gavel_default_policy
     "pollux": {},
 }
-
-
-class InPlaceBatchSimulator(Simulator):
-    """The simulator with batch-only changes applied in place, without a restart.
-
-    AdaptDL jobs (Sia's and Pollux's) change their batch size inside the running process; the artifact
-    re-optimises it every step at no cost. The shared simulator restarts a job on any change of its
-    allocation, batch included; this subclass keeps the job running when only the batch changes (same
-    nodes), so `sia` can retune its batch each round as the artifact does (`SiaPolicy(retune_batch=True)`).
-    """
-
-    def _apply_allocation(self, job: SimJob, alloc: Any) -> None:
-        old = job.allocation
-        if not (old.placement and alloc.placement and old.placement == alloc.placement
-                and alloc.batch_size != old.batch_size):
-            super()._apply_allocation(job, alloc)
-            return
-        job.version += 1
-        job.allocation = alloc
-        job.cfg = job.app.batch_config(alloc.gpus, alloc.batch_size or job.spec.batch_size)
-        job.rates, job.view = None, None
-        self.stale.add(job.spec.job_id)
-        job.samples_per_s = job.app.throughput(job.gpu_type, job.shape, job.cfg)
-        t_end = job.finish_time()
-        if t_end < INF:
-            self._push(t_end, COMPLETION, (job, job.version))
 
 
 def default_root() -> Path:
@@ -114,12 +86,13 @@ def saturn_workload(path: Path, models: PerfModels) -> Workload:
 def run_one(policy: str, workload: Workload, models: PerfModels, seed: int = 0,
             options: dict[str, Any] | None = None,
             progress: Callable[[float, int, int], None] | None = None) -> SimResult:
-    """One policy on one Saturn workload on Sia's cluster (batch changes in place, see above)."""
+    """One policy on one Saturn workload on Sia's cluster. A batch-only change on the same GPUs is applied in
+    place at no cost (`SimConfig.reconfigure_cost=0`): AdaptDL jobs change their batch inside the running
+    process, and Sia's artifact re-optimises it every step without a restart."""
     opts = POLICY_OPTIONS.get(policy, {}) if options is None else options
     pol: Policy = make_policy(policy, **opts)
-    sim = InPlaceBatchSimulator(workload, pol, parse_cluster(SIA_CLUSTER), models,
-                                SimConfig(seed=seed, progress=progress))
-    res = sim.run()
+    res = simulate(workload, pol, parse_cluster(SIA_CLUSTER), models,
+                   SimConfig(seed=seed, progress=progress, reconfigure_cost=0.0))
     res.summary["cluster_spec"] = SIA_CLUSTER
     res.summary["policy_options"] = dict(opts)
     return res
