@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
 from elastisched.experiments.base import (
@@ -91,8 +93,9 @@ def run_one(policy: str, workload: Workload, models: PerfModels, seed: int = 0,
     process, and Sia's artifact re-optimises it every step without a restart."""
     opts = POLICY_OPTIONS.get(policy, {}) if options is None else options
     pol: Policy = make_policy(policy, **opts)
-    res = simulate(workload, pol, parse_cluster(SIA_CLUSTER), models,
-                   SimConfig(seed=seed, progress=progress, reconfigure_cost=0.0))
+    with threadpool_limits(1):  # small dense problems: extra BLAS threads only spin on a busy machine
+        res = simulate(workload, pol, parse_cluster(SIA_CLUSTER), models,
+                       SimConfig(seed=seed, progress=progress, reconfigure_cost=0.0))
     res.summary["cluster_spec"] = SIA_CLUSTER
     res.summary["policy_options"] = dict(opts)
     return res
