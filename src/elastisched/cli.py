@@ -38,6 +38,13 @@ ProfilesOpt = Annotated[str | None, typer.Option(
     "adding V100/A100/RTX profiles to the bundled Pollux T4 ones.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (runs are deterministic per seed).")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created; nothing written on failure).")]
+# `sim` options arrive as text and are parsed strictly by `options` (Click's INT/FLOAT take nan, inf, 1_000, +5)
+SimSeedOpt = Annotated[str, typer.Option("--seed", metavar="INT", help="Random seed in [0, 2^32-1] (runs are "
+                                         "deterministic per seed).")]
+SimOutOpt = Annotated[str, typer.Option("--out", "-o", metavar="DIR", help="Output directory (created; nothing "
+                                        "written on failure; an existing directory is written into).")]
+RestartCostOpt = Annotated[str | None, typer.Option("--restart-cost", metavar="SECONDS",
+                                                    help="Seconds per restart, in [0, 86400] (default: 30 per app).")]
 
 
 @contextmanager
@@ -88,53 +95,54 @@ def policies_cmd(as_json: Annotated[bool, typer.Option("--json", help="Machine-r
 
 @sim_app.command("run")
 def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name.")],
-            out: OutOpt, cluster: ClusterOpt = "16x4:t4", seed: SeedOpt = 0, profiles: ProfilesOpt = None,
-            restart_cost: Annotated[float | None, typer.Option(help="Seconds per restart (default: 30 per app).")]
-            = None) -> None:
+            out: SimOutOpt, cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None,
+            restart_cost: RestartCostOpt = None) -> None:
     """Simulate one policy on one workload; writes summary.json, jobs.csv and timeline.csv."""
+    from elastisched import options
     from elastisched.report.compare import write_run
     from elastisched.runner import run_policies, setup
 
-    with _errors():
-        s = setup(workload, cluster, profiles, restart_cost)
+    with options.cli_errors():
+        policy, seed_n = options.policy(policy), options.seed(seed)
+        cost, out_path = options.restart_cost(restart_cost), options.out_dir(out)
+        s = setup(workload, cluster, profiles, cost)
         with progress_bars() as bars:
-            res = run_policies(s, [policy], seed, bars)[policy]
-        write_run(out, res)
+            res = run_policies(s, [policy], seed_n, bars)[policy]
+        write_run(out_path, res)
     sm = res.summary
     console.print(f"{policy}: {sm['n_finished']}/{sm['n_jobs']} jobs, avg JCT {sm['avg_jct']:.1f} s, "
                   f"avg queue {sm['avg_queue']:.1f} s, utilisation {sm['gpu_utilization']:.1%}, "
-                  f"{sm['wall_seconds']:.2f} s wall → {out}")
+                  f"{sm['wall_seconds']:.2f} s wall → {out}", markup=False, highlight=False)
 
 
 @sim_app.command("compare")
-def sim_compare(workload: WorkloadOpt, out: OutOpt,
+def sim_compare(workload: WorkloadOpt, out: SimOutOpt,
                 policies: Annotated[str, typer.Option("--policies", help="Comma-separated policy names.")]
                 = "fifo,srtf,tiresias,optimus",
-                cluster: ClusterOpt = "16x4:t4", seed: SeedOpt = 0, profiles: ProfilesOpt = None) -> None:
+                cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None) -> None:
     """Simulate several policies on the same workload; writes summary.csv, plots and report.html."""
+    from elastisched import options
     from elastisched.report.compare import compare_report, write_files, write_run
     from elastisched.runner import run_policies, setup
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    with _errors():
-        if not names:
-            raise ElastischedError("--policies is empty")
+    with options.cli_errors():
+        names, seed_n, out_path = options.policies(policies), options.seed(seed), options.out_dir(out)
         s = setup(workload, cluster, profiles)
         with progress_bars() as bars:
-            results = run_policies(s, names, seed, bars)
-        config = {"workload": workload, "digest": s.workload.digest, "cluster": cluster, "seed": seed,
+            results = run_policies(s, names, seed_n, bars)
+        config = {"workload": workload, "digest": s.workload.digest, "cluster": cluster, "seed": seed_n,
                   "policies": names, "version": __version__}
         files = compare_report(results, f"Policy comparison on {s.workload.name}", config)
-        write_files(out, files)
+        write_files(out_path, files)
         for name, r in results.items():
-            write_run(out / name, r)
+            write_run(out_path / name, r)
     t = Table("policy", "avg JCT (s)", "p95 JCT (s)", "avg queue (s)", "util", "restarts", "wall (s)")
     for name, r in results.items():
         m = r.summary
         t.add_row(name, f"{m['avg_jct']:.1f}", f"{m['p95_jct']:.1f}", f"{m['avg_queue']:.1f}",
                   f"{m['gpu_utilization']:.1%}", str(m["restarts"]), f"{m['wall_seconds']:.2f}")
     Console().print(t)
-    console.print(f"report: {out / 'report.html'}")
+    console.print(f"report: {out_path / 'report.html'}", markup=False, highlight=False)
 
 
 @reproduce_app.command("pollux")

@@ -147,8 +147,8 @@ def _register_plan(app: typer.Typer) -> None:
                               "report.html": html.page(title, sections, config),
                               "plan.json": json.dumps({"config": config, "plan": plan}, indent=2, default=str)})
         for pol, p in plan.items():
-            need = f"{p['needed_gpus']} GPUs" if p["needed_gpus"] else "no size tried"
-            console.print(f"{pol}: {need} meet(s) p95 queue ≤ {target_p95_queue:g} s; knee of the JCT curve at "
+            need = (f"{p['needed_gpus']} GPUs meet" if p["needed_gpus"] else "none of the sizes tried meets")
+            console.print(f"{pol}: {need} p95 queue ≤ {target_p95_queue:g} s; knee of the JCT curve at "
                           f"{p['knee_gpus'] or '–'} GPUs")
         console.print(f"report: {out / 'report.html'}")
 
