@@ -3,30 +3,26 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from elastisched import __version__
+from elastisched.cli_common import console, progress_bars
 from elastisched.cli_tools import register as register_tools
-from elastisched.core.errors import ElastischedError
+from elastisched.reproduce_cli import LazyExperimentGroup
 
 app = typer.Typer(help="elastisched: elastic scheduling of deep-learning training on shared GPU clusters.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 sim_app = typer.Typer(help="Trace-driven simulation of scheduling policies.", no_args_is_help=True)
 reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plots and report.html).",
-                            no_args_is_help=True)
+                            no_args_is_help=True, cls=LazyExperimentGroup)
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
 register_tools(sim_app, app)
-console = Console(stderr=True)
 
 WorkloadOpt = Annotated[str, typer.Option(
     "--workload", "-w", help="pollux:workload-N (bundled), philly[:sample=N,seed=S,days=D], "
@@ -45,29 +41,6 @@ SimOutOpt = Annotated[str, typer.Option("--out", "-o", metavar="DIR", help="Outp
                                         "written on failure; an existing directory is written into).")]
 RestartCostOpt = Annotated[str | None, typer.Option("--restart-cost", metavar="SECONDS",
                                                     help="Seconds per restart, in [0, 86400] (default: 30 per app).")]
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    try:
-        yield
-    except ElastischedError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
-
-
-@contextmanager
-def progress_bars() -> Iterator[Callable[[str], Callable[[float, int, int], None]]]:
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
-                  TextColumn("sim t={task.fields[t]}"), TimeElapsedColumn(), console=console,
-                  transient=not sys.stderr.isatty()) as prog:
-        def factory(name: str) -> Callable[[float, int, int], None]:
-            task = prog.add_task(name, total=None, t="0h")
-
-            def update(t: float, done: int, total: int) -> None:
-                prog.update(task, completed=done, total=total, t=f"{t / 3600:.1f}h")
-            return update
-        yield factory
 
 
 @app.command()
@@ -95,8 +68,8 @@ def policies_cmd(as_json: Annotated[bool, typer.Option("--json", help="Machine-r
 
 @sim_app.command("run")
 def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name.")],
-            out: SimOutOpt, cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None,
-            restart_cost: RestartCostOpt = None) -> None:
+            out: SimOutOpt = "results/run", cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0",
+            profiles: ProfilesOpt = None, restart_cost: RestartCostOpt = None) -> None:
     """Simulate one policy on one workload; writes summary.json, jobs.csv and timeline.csv."""
     from elastisched import options
     from elastisched.report.compare import write_run
@@ -116,8 +89,8 @@ def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy
 
 
 @sim_app.command("compare")
-def sim_compare(workload: WorkloadOpt, out: SimOutOpt,
-                policies: Annotated[str, typer.Option("--policies", help="Comma-separated policy names.")]
+def sim_compare(workload: WorkloadOpt, out: SimOutOpt = "results/compare",
+                policies: Annotated[str, typer.Option("--policies", "-p", help="Comma-separated policy names.")]
                 = "fifo,srtf,tiresias,optimus",
                 cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None) -> None:
     """Simulate several policies on the same workload; writes summary.csv, plots and report.html."""
@@ -145,27 +118,12 @@ def sim_compare(workload: WorkloadOpt, out: SimOutOpt,
     console.print(f"report: {out_path / 'report.html'}", markup=False, highlight=False)
 
 
-@reproduce_app.command("pollux")
-def reproduce_pollux(out: OutOpt, policies: Annotated[str, typer.Option(help="Policies with reference results.")]
-                     = "tiresias,optimus") -> None:
-    """Fidelity check: the 8 Pollux workloads on 16x4 T4 against the Pollux artifact's own avg JCTs."""
-    from elastisched.report.fidelity import run_fidelity
-
-    with _errors(), progress_bars() as bars:
-        result = run_fidelity(out, [p.strip() for p in policies.split(",")], bars)
-    for pol, r in result["policies"].items():
-        console.print(f"{pol}: mean avg JCT {r['mean_avg_jct']:.1f} s vs artifact {r['reference_mean']:.1f} s "
-                      f"({r['mean_error']:+.2%}); worst workload {r['worst_error']:+.2%}")
-    console.print(f"report: {out / 'report.html'}")
-
-
 def _optional_plugins() -> None:
-    """Commands contributed by optional parts (training library, Lyra, ONES, JABAS, service)."""
+    """Commands contributed by optional parts (training library, service). The `reproduce NAME` commands (one
+    per registered experiment) are generated on first use by `reproduce_cli.LazyExperimentGroup`."""
     import importlib
 
-    for module, target in (("elastisched.train.commands", app), ("elastisched.loaning.reproduce", reproduce_app),
-                           ("elastisched.report.ones_reproduce", reproduce_app),
-                           ("elastisched.service.commands", app)):
+    for module in ("elastisched.train.commands", "elastisched.service.commands"):
         try:
             mod = importlib.import_module(module)
         except ImportError as e:  # the part is absent, or its optional extra is not installed
@@ -173,14 +131,8 @@ def _optional_plugins() -> None:
                 continue
             raise
         register = getattr(mod, "register", None)
-        if register is None:
-            continue
-        if module == "elastisched.loaning.reproduce":
-            from elastisched.runner import lyra_runner
-
-            register(target, lyra_runner)
-        else:
-            register(target)
+        if register is not None:
+            register(app)
 
 
 _optional_plugins()

@@ -45,11 +45,10 @@ def out_dir(text: str) -> Path:
 
 def policy(name: str, option: str = "--policy") -> str:
     """One registered policy name."""
-    from elastisched.policies.base import registered
+    from elastisched.policies.base import registered, unknown_policy_hint
 
-    known = registered()
-    if name not in known:
-        raise ConfigError(option, name[:80], f"unknown policy; known: {', '.join(sorted(known))}")
+    if name not in registered():
+        raise ConfigError(option, name[:80], unknown_policy_hint(name))
     return name
 
 

@@ -11,8 +11,8 @@ from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import NodeView
 from elastisched.models.registry import PerfModels
-from elastisched.policies.base import Policy, make_policy
-from elastisched.sim import LoanTimeline, SimConfig, SimResult, simulate
+from elastisched.policies.base import make_policy
+from elastisched.sim import SimConfig, SimResult, simulate
 from elastisched.workloads import Workload, load_workload
 from elastisched.workloads.schema import RESTART_COST
 
@@ -91,23 +91,24 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
         if missing:
             raise ConfigError("--cluster", cluster, f"application {app!r} has no profile for GPU type(s) "
                               f"{sorted(missing)}; pass --profiles with Sia's per-type traces")
+    # Build every throughput model the runs will ask for now, so that no policy's `wall_seconds` carries this
+    # one-off cost (it went to whichever policy ran first).
+    for app in sorted({j.application for j in wl.jobs}):
+        for t in sorted(types):
+            models.app(app).model(t)
     return RunSetup(models, wl, nodes, cluster)
 
 
 def run_policies(s: RunSetup, policies: Sequence[str], seed: int = 0,
                  progress: Callable[[str], Callable[[float, int, int], None] | None] | None = None,
-                 ) -> dict[str, SimResult]:
+                 options: dict[str, Any] | None = None) -> dict[str, SimResult]:
+    """Each policy on the same set-up; `options` become `PolicyContext.options` (data the caller loaded for a
+    policy, e.g. `{"ones_history": history_table(path)}`: policies do no I/O)."""
     out: dict[str, SimResult] = {}
     for name in policies:
         policy = make_policy(name)
         cb = progress(name) if progress else None
-        out[name] = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed, progress=cb))
+        out[name] = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed, progress=cb,
+                                                                                  options=dict(options or {})))
         out[name].summary["cluster_spec"] = s.cluster_spec
     return out
-
-
-def lyra_runner(workload: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels, plan: Any,
-                seed: int) -> SimResult:
-    """Simulator entry for `reproduce lyra` (loaning/ may not import the simulator, so it is handed this)."""
-    loans = LoanTimeline(plan.steps, plan.gpu_type, plan.gpus_per_server) if plan is not None else None
-    return simulate(workload, policy, nodes, models, SimConfig(seed=seed, loans=loans))

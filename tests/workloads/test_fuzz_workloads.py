@@ -40,7 +40,6 @@ from elastisched.core.errors import ConfigError, WorkloadError
 from elastisched.core.types import NodeView
 from elastisched.models import PerfModels
 from elastisched.policies.base import make_policy
-from elastisched.policies.ones import default_history
 from elastisched.runner import load_cluster
 from elastisched.sim import SimConfig, simulate
 from elastisched.workloads import Workload, load_workload
@@ -48,6 +47,7 @@ from elastisched.workloads.gavel import load_gavel_tsv
 from elastisched.workloads.ones import history_runs, load_ones_csv
 from elastisched.workloads.pollux import load_pollux_csv
 from elastisched.workloads.traces import load_raw_trace
+from peer_data import ONES_HISTORY
 
 SEED = int(os.environ.get("ELASTISCHED_FUZZ_SEED", "0"))
 CASE_LIMIT_S = 5.0
@@ -523,7 +523,7 @@ def _report(t: Tally, seconds: float, name: str) -> None:
 def test_fuzz_workload_rows_and_specs(tmp_path: Path, models: PerfModels) -> None:
     t0 = time.perf_counter()
     t = Tally()
-    history = history_runs(default_history()) if default_history() is not None else None
+    history = history_runs(ONES_HISTORY) if ONES_HISTORY is not None else None
     counts = {"pollux": 2200, "sia": 1500, "deepboot": 1500, "raw": 1600, "raw-gz": 1000, "gavel": 2200}
     fuzz_rows(tmp_path, models, history, counts, t)
     fuzz_files(tmp_path, models, 600, t)
@@ -538,7 +538,7 @@ def test_fuzz_workload_rows_and_specs(tmp_path: Path, models: PerfModels) -> Non
 
 
 def test_fuzz_ones_rows(tmp_path: Path, models: PerfModels) -> None:
-    path = default_history()
+    path = ONES_HISTORY
     if path is None:
         if os.environ.get("CI") == "true":
             pytest.fail("peer-data/ones (job_history.csv) is missing: the ONES fuzz cases need it")

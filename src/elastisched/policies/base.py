@@ -87,11 +87,21 @@ def registered() -> dict[str, Callable[..., Policy]]:
     return dict(sorted(_REGISTRY.items()))
 
 
+def unknown_policy_hint(name: str) -> str:
+    """'did you mean …?' (the closest registered names) and the list of known ones."""
+    import difflib
+
+    _load_builtin()
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=2, cutoff=0.6)
+    guess = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return f"unknown policy; {guess}known: {', '.join(sorted(_REGISTRY))}"
+
+
 def make_policy(name: str, **options: Any) -> Policy:
-    """Instantiate a registered policy by name; unknown names list the known ones."""
+    """Instantiate a registered policy by name; unknown names get a 'did you mean' and the known ones."""
     _load_builtin()
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+        raise UnknownPolicyError(f"{name!r}: {unknown_policy_hint(name)}") from None
     return factory(**options)

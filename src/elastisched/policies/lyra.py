@@ -31,9 +31,9 @@ Readings (written down as the design asks):
   event, not for the job's whole remaining time, and by Little's law the average JCT is the average number
   of jobs in the system over the arrival rate; Σ 1/T_j is the rate at which the current jobs complete, so
   maximising it each round is the greedy for the fewest jobs in the system. The plain reduction instead
-  hands extras to the longest jobs (DeepBoot's Aryl reimplementation, whose value grows with run time,
-  measured 42,310 s on its `small.csv`); on that workload our lyra measured 4,692 s with `"jct"` and
-  2,495 s with `"rate"` (docs/lyra.md); on the Philly reproduction, with colocation, within 1 % of each other.
+  hands extras to the longest jobs (as DeepBoot's Aryl reimplementation does, whose value grows with run
+  time); the measured effect of each value on DeepBoot's workload and on the Philly reproduction is in
+  docs/lyra.md (`reproduce lyra-deepboot --policies lyra,lyra_jct_value`).
   `T_eff(k) = T(b+k) + rescale_penalty × restart_cost` when k differs from a running job's current extras.
 - Colocation (`colocate`, default on; lyra.md §2.3 says extras go "preferably" to loaned servers, [P]):
   extras first fill free GPUs on the server that already holds most of the job's GPUs, and the prediction
