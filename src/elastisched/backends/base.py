@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from elastisched.core.events import Action, JobFailed, JobFinished
-from elastisched.core.types import Allocation, JobId
+from elastisched.core.types import Allocation, JobId, NodeView
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,19 @@ class JobHints:
     throughput: float | None = None
 
 
-BackendEvent = JobStarted | JobFinished | JobFailed | JobHints | GenerationEnded
+@dataclass(frozen=True, slots=True)
+class NodesChanged:
+    """The backend's inventory changed (a Ray node joined or left): `nodes` are the training nodes now,
+    `lost` the names of nodes (training or loaned) that are gone. Jobs placed on a lost node are suspended
+    by the daemon (their generation is down) and the engine places them again from their checkpoint."""
+
+    time: float
+    nodes: tuple[NodeView, ...]
+    lost: tuple[str, ...] = ()
+    job_id: JobId = ""  # no job: keeps the daemon's per-event error message uniform
+
+
+BackendEvent = JobStarted | JobFinished | JobFailed | JobHints | GenerationEnded | NodesChanged
 
 
 class Backend(Protocol):

@@ -294,6 +294,19 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
         names: list[tuple[str, str, int]] = []
         k = 0
         t = req.gpu_type.lower()
+        loanable = getattr(service.backend, "loanable", None)
+        if loanable is not None:  # Ray: a loan names real nodes of the loanable pool (their own GPU count)
+            busy = {r["node_id"] for r in store.list_loans(("LOANED",))}
+            names = [(n.node_id, n.gpu_type, n.num_gpus) for n in loanable()
+                     if n.node_id not in busy and n.gpu_type == t][:req.nodes]
+            if len(names) < req.nodes:
+                raise _422(f"nodes: {req.nodes} exceeds the {len(names)} free loanable Ray nodes of type {t}")
+            for nid, _, _ in (again := [n for n in names if n[0] in taken]):  # lent before, returned since
+                store.update_loan(nid, state="LOANED", offered_at=time.time(), returned_at=None)
+                store.add_event(None, "loan_offered", {"node": nid, "again": True})
+            out = store.add_loans([n for n in names if n not in again])
+            service.wake()
+            return out + [r for r in store.list_loans() if r["node_id"] in {n for n, _, _ in again}]
         while len(names) < req.nodes:
             nid = f"loan-{t}-{k}"
             if nid not in taken:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.backends.base import Backend, BackendEvent, GenerationEnded, JobHints, JobStarted
+from elastisched.backends.base import Backend, BackendEvent, GenerationEnded, JobHints, JobStarted, NodesChanged
 from elastisched.core.clock import Clock, WallClock
 from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
 from elastisched.core.types import (
@@ -314,6 +314,11 @@ class Service:
                 log.exception("handling %s failed", e)
 
     def _event(self, e: BackendEvent) -> None:
+        if isinstance(e, NodesChanged):  # a Ray node joined or left: new inventory; jobs on a lost one requeue
+            self.base_nodes, self._nodes, self._dirty = e.nodes, None, True
+            self.store.add_event(None, "nodes_changed", {"nodes": [n.node_id for n in e.nodes], "lost": list(e.lost)})
+            self._apply(self.launches.nodes_lost(set(e.lost)))
+            return
         row = self.store.get_job(e.job_id)
         if isinstance(e, JobStarted):
             self.launches.started(e)

@@ -13,13 +13,14 @@ one's, is stopped, never relaunched).
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from elastisched.backends._faults import pause
 from elastisched.backends.base import GenerationEnded, GenerationRecord, JobStarted
 from elastisched.core.events import Action, ActionKind, LaunchSpec
-from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase
+from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, PendingReason
 from elastisched.service.store import ACTIVE, Store
 
 
@@ -134,6 +135,28 @@ class Launches:
                     and int(g["generation"]) == int(row["generation"]):
                 out.append(GenerationEnded(float(g["ended_at"] or 0.0), row["id"], int(g["generation"]), g["outcome"],
                                            tuple(g["exit_codes"] or ()), "ended before a crash"))
+        return out
+
+    def nodes_lost(self, lost: set[str]) -> list[Action]:
+        """Nodes left the cluster (a backend's `NodesChanged`): every job placed on one is down. Each is marked
+        suspended (requeued, reason Preempted) and comes back as a SUSPEND action whose stop frees what is left
+        of its generation; the engine then places it again, from its last checkpoint."""
+        out = []
+        for row in self.store.active_light():
+            place = _placement(row["placement"])
+            if lost & {n for n, _ in place}:
+                self.stopping(row["id"])
+                with self.store.tx() as c:
+                    self.store.update_job(row["id"], conn=c, state=JobPhase.SUSPENDED.value, placement=[],
+                                          reason=PendingReason.PREEMPTED.value)
+                    self.store.add_event(row["id"], "node_lost", {"nodes": sorted(lost & {n for n, _ in place}),
+                                                                  "generation": row.get("generation")}, conn=c)
+                prev = Allocation(placement=place, batch_size=row["batch_size"])
+                out.append(Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev))
+        with self.store.tx() as c:
+            for loan in self.store.list_loans(("LOANED",)):
+                if loan["node_id"] in lost:  # a loaned server that died is not coming back
+                    self.store.update_loan(loan["node_id"], conn=c, state="RETURNED", returned_at=time.time())
         return out
 
     def records(self) -> list[GenerationRecord]:

@@ -124,6 +124,8 @@ class Simulator:
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any) -> None:
+        if not math.isfinite(t):  # a NaN in the heap is never popped: the loop would spin forever
+            raise ValueError(f"event time must be finite, got {t!r} (event kind {kind})")
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, payload))
 
