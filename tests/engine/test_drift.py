@@ -43,7 +43,7 @@ NODES = (NodeView("fast-0", "a100", 4, index=0), NodeView("slow-0", "t4", 4, ind
 SUBMIT = {"j0": 0.0, "j1": 10.0, "j2": 20.0, "j3": 30.0, "j4": 500.0, "j5": 510.0}
 GPUS = {"j0": 6, "j1": 2, "j2": 2, "j3": 4, "j4": 2, "j5": 1}
 LOAN_AT, LOANS, RECLAIM_AT = 100.0, 2, 300.0
-RESIZE = (240.0, "j1", 1)  # admin: j1 from 2 GPUs to 1 (on the 60 s grid: it acts at once in both bodies)
+RESIZE = (180.0, "j1", 1)  # admin: j1 from 2 GPUs to 1 (on the 60 s grid: it acts at once in both bodies)
 FAIL = (400.0, "j2")
 Summary = tuple[Any, ...]
 

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elastisched.backends._faults import pause
 from elastisched.backends.base import BackendEvent, GenerationEnded, GenerationRecord, JobHints, JobStarted
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import Allocation, NodeView
@@ -135,12 +136,12 @@ class _Group:
     def signal(self, sig: int) -> None:
         if sig == signal.SIGKILL:  # each rank leads its own session: kill its whole group
             for r in self.ranks:
-                if r.code() is None:
+                if r.pid > 0 and r.code() is None:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(r.pid, signal.SIGKILL)
             return
         for r in self.ranks:
-            if r.code() is None:
+            if r.pid > 0 and r.code() is None:  # pid 0: a rank known only by its exit file
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(r.pid, sig)
 
@@ -220,6 +221,8 @@ class LocalBackend:
         for g in groups:
             g.stopping = True
             g.signal(signal.SIGTERM)
+        if groups:
+            pause("stopping", " ".join(f"{g.job_id}:{g.generation}" for g in groups))
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and any(c is None for g in groups for c in g.codes()):
             time.sleep(0.05)
@@ -240,6 +243,7 @@ class LocalBackend:
         gen = spec.generation
         jd = self.job_dir(job_id)
         ranks: list[_Rank] = []
+        pause("planned", f"{job_id}:{gen}")
         try:
             for sub in ("logs", "run", "ckpt"):
                 (jd / sub).mkdir(parents=True, exist_ok=True)
@@ -264,6 +268,8 @@ class LocalBackend:
                                          stdin=subprocess.DEVNULL, cwd=str(jd), start_new_session=True)
                 ranks.append(_Rank(p.pid, start_ticks(p.pid), exit_file, p))
                 self.started_pids.append(p.pid)
+                if r < len(envs) - 1:
+                    pause("rank", f"{job_id}:{gen}:{r}")
         except (OSError, ValueError, RuntimeError) as e:
             for r in ranks:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -271,6 +277,7 @@ class LocalBackend:
             why = f"launch of generation {gen} failed: {type(e).__name__}: {e}"[:1000]
             return [GenerationEnded(time.time(), job_id, gen, "launch_failed", reason=why)]
         self.groups[job_id] = _Group(job_id, gen, alloc, ranks, devices)
+        pause("spawned", f"{job_id}:{gen}")
         return [JobStarted(time.time(), job_id, gen, pids=tuple((r.pid, r.ticks) for r in ranks),
                            devices=tuple(devices), port=port)]
 
@@ -344,16 +351,20 @@ class LocalBackend:
         for rec in generations:
             jid, n = rec.job_id, rec.generation
             run = self.job_dir(jid) / "run"
-            pids = list(rec.pids)
+            pids, ran = list(rec.pids), set[int]()
             if rec.token and (len(pids) != rec.allocation.gpus or not any(start_ticks(p) == t for p, t in pids)):
+                # Ranks that ran and ended while we were down are gone from /proc but left their exit files.
+                if not rec.pids:
+                    ran = {r for r in range(rec.allocation.gpus) if (run / f"g{n}-r{r}.exit").exists()}
                 found = find_by_token(rec.token)  # the crash came before the PIDs were recorded
                 deadline = time.monotonic() + 1.0  # a rank forked but not yet exec'd shows its parent's environment
-                while len(found) < rec.allocation.gpus and time.monotonic() < deadline:
+                while len(ran | found.keys()) < rec.allocation.gpus and time.monotonic() < deadline:
                     time.sleep(0.05)
                     found = find_by_token(rec.token)
-                if found:
-                    pids = [found.get(r, (0, None)) for r in range(max(found) + 1)]
-            ranks = [_Rank(int(pid), ticks, run / f"g{n}-r{r}.exit") for r, (pid, ticks) in enumerate(pids) if pid]
+                if found or ran:
+                    pids = [found.get(r, (0, None)) for r in range(max([*found, *ran]) + 1)]
+            ranks = [_Rank(int(pid), ticks, run / f"g{n}-r{r}.exit") for r, (pid, ticks) in enumerate(pids)
+                     if pid or (run / f"g{n}-r{r}.exit").exists()]  # pid 0: known by its exit file alone
             g = _Group(jid, n, rec.allocation, ranks, list(rec.devices or [None] * len(ranks)))
             codes = g.codes()
             if not rec.keep:
@@ -361,8 +372,9 @@ class LocalBackend:
                 out.append(GenerationEnded(time.time(), jid, n, "stopped", tuple(g.codes())))
                 continue
             if not ranks or len(ranks) != rec.allocation.gpus:
-                # Planned but never (fully) started: stop what there is; nothing else can be running.
+                # Planned but never (fully) started: stop what there is (gone before the daemon relaunches it).
                 g.signal(signal.SIGKILL)
+                self._wait_gone(g)
                 out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "never fully started"))
                 continue
             if all(c is None for c in codes) or (any(c is None for c in codes) and not any(codes)):
@@ -373,6 +385,7 @@ class LocalBackend:
             if rec.state == "STOPPING" or all(c == -9 for c in codes):
                 # Interrupted mid-stop, or killed while we were down: resume from the checkpoint.
                 g.signal(signal.SIGKILL)
+                self._wait_gone(g)
                 out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "gone while we were down"))
                 continue
             out.append(self._ended(g, codes))

@@ -90,7 +90,7 @@ class Service:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         try:  # a broken job or record must never keep the service from starting
-            self._handle(self.backend.recover(self.launches.records()))
+            self._handle(self.backend.recover(self.launches.records()) + self.launches.unsettled())
         except Exception as e:
             self.last_error = f"recovery: {type(e).__name__}: {e}"
             log.exception("recovery failed")

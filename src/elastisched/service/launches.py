@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from elastisched.backends._faults import pause
 from elastisched.backends.base import GenerationEnded, GenerationRecord, JobStarted
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, PendingReason
@@ -113,6 +114,7 @@ class Launches:
     def ended(self, e: GenerationEnded, row: dict[str, Any]) -> Outcome:
         self.store.update_generation(e.job_id, e.generation, state="EXITED", exit_codes=list(e.exit_codes),
                                      outcome=e.outcome, ended_at=e.time)
+        pause("ended", f"{e.job_id}:{e.generation}:{e.outcome}")  # crash-test hook (backends/_faults.py)
         if e.generation != int(row["generation"]) or e.outcome in ("stopped", "cancelled"):
             return Outcome()  # a superseded generation, or a stop we asked for
         if e.outcome == "succeeded":
@@ -130,6 +132,24 @@ class Launches:
             return Outcome(relaunch=act, note="retried", message=e.reason)
         act = self.plan(Action(ActionKind.LAUNCH, e.job_id, alloc, NO_ALLOCATION), cause="resume")
         return Outcome(relaunch=act, note="resumed", message=e.reason)
+
+    def unsettled(self) -> list[GenerationEnded]:
+        """Ends recorded whose consequence a crash cut off: the job still holds its placement while its current
+        generation has EXITED, and nothing was relaunched (no generation is live, so `records` skips it and
+        the job would stay running forever). Replayed at startup through `ended`, which is idempotent but for
+        a failed generation's retry count (it may count that failure twice)."""
+        latest: dict[str, dict[str, Any]] = {}
+        for g in self.store.generations():
+            if int(g["generation"]) >= int(latest.get(g["job_id"], {"generation": 0})["generation"]):
+                latest[g["job_id"]] = g
+        out = []
+        for row in self.store.list_jobs(ACTIVE):
+            g = latest.get(row["id"])
+            if g is not None and g["state"] == "EXITED" and g["outcome"] and row["placement"] \
+                    and int(g["generation"]) == int(row["generation"]):
+                out.append(GenerationEnded(float(g["ended_at"] or 0.0), row["id"], int(g["generation"]), g["outcome"],
+                                           tuple(g["exit_codes"] or ()), "ended before a crash"))
+        return out
 
     def nodes_lost(self, lost: set[str]) -> list[Action]:
         """Nodes left the cluster (a backend's `NodesChanged`): every job placed on one is down. Each is marked
