@@ -46,7 +46,7 @@ def _runs(scale: dict[str, float]) -> tuple[dict[str, dict[str, float]], list[di
     refs = {load: {w: 1000.0 + 100 * i for i, w in enumerate(WORKLOADS)} for load in scale}
     runs: list[dict[str, object]] = []
     for load, f in scale.items():
-        for i, w in enumerate(WORKLOADS):
+        for w in WORKLOADS:
             for seed, d in ((0, -0.01), (1, 0.01)):
                 runs.append({"workload": f"{load}/{w}", "seed": seed, "avg_jct": refs[load][w] * (f + d),
                              "cpu_s": 1.0})

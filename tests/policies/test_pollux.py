@@ -112,7 +112,8 @@ def test_batch_size_per_allocation_and_learning(models: object) -> None:
     b = JobSpec("b", 0.0, "ncf", 1, 256)
     pol = PolluxPolicy(pop_size=30, generations=30)
     ctx = PolicyContext(perf=models, rng=np.random.default_rng(0))  # type: ignore[arg-type]
-    snap = ClusterSnapshot(60.0, nodes, {"a": _view(a, Allocation(), 60.0, app), "b": _view(b, Allocation(), 60.0, ncf)})
+    snap = ClusterSnapshot(60.0, nodes, {"a": _view(a, Allocation(), 60.0, app),
+                                         "b": _view(b, Allocation(), 60.0, ncf)})
     d = pol.schedule(snap, ctx)
     # nothing measured yet: one GPU each (max replicas 1), batch max(M0, min local × 1); ncf at 32,768
     assert d.allocations["a"].gpus == 1 and d.allocations["a"].batch_size == max(app.init_batch_size,
