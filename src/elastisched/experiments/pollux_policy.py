@@ -27,6 +27,7 @@ from elastisched.experiments.base import (
     Verdict,
     register_experiment,
 )
+from elastisched.policies.pollux import PATIENCE
 
 WORKLOADS = tuple(f"workload-{i}" for i in range(1, 9))
 BARS = {"mean": 0.05, "workload": 0.10, "other_load": 0.10}
@@ -54,17 +55,17 @@ def workload_path(peer: Path, load: str, name: str) -> Path:
     return path
 
 
-def run_one(args: tuple[str, str, int, str, int, int]) -> dict[str, Any]:
+def run_one(args: tuple[str, str, int, str, int, int, int | None]) -> dict[str, Any]:
     """One simulation (a process-pool task): our pollux on one workload file, one seed."""
     from elastisched.policies.base import make_policy
     from elastisched.runner import setup
     from elastisched.sim import SimConfig, simulate
 
-    path, cluster, seed, name, generations, pop = args
+    path, cluster, seed, name, generations, pop, patience = args
     s = setup(path, cluster)
     t0 = time.process_time()
-    r = simulate(s.workload, make_policy("pollux", generations=generations, pop_size=pop), s.nodes, s.models,
-                 SimConfig(seed=seed))
+    policy = make_policy("pollux", generations=generations, pop_size=pop, patience=patience)
+    r = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed))
     return {"workload": name, "seed": seed, "avg_jct": float(r.summary["avg_jct"]),
             "p95_jct": float(r.summary["p95_jct"]), "makespan": float(r.summary["makespan"]),
             "restarts": int(r.summary["restarts"]), "rounds": int(r.summary["rounds"]),
@@ -81,6 +82,7 @@ class PolluxPolicyConfig:
     workers: int = 1
     generations: int = 100
     pop_size: int = 100
+    patience: int | None = PATIENCE
 
 
 @register_experiment
@@ -95,7 +97,8 @@ class PolluxPolicyExperiment(Experiment):
         peer = config.peer_data or default_peer_dir()
         refs = {load: reference(peer, load) for load in config.loads}
         tasks = [(str(workload_path(peer, load, w)), config.cluster, seed, f"{load}/{w}", config.generations,
-                  config.pop_size) for load in config.loads for w in config.workloads for seed in config.seeds]
+                  config.pop_size, config.patience)
+                 for load in config.loads for w in config.workloads for seed in config.seeds]
         cb = progress("pollux-policy") if progress else None
         runs: list[dict[str, Any]] = []
         if config.workers > 1:

@@ -39,6 +39,9 @@ class Policy:
     elastic: ClassVar[bool] = False
     #: False if the policy never reads progress/epoch of running jobs: the simulator then skips refreshing them
     needs_progress: ClassVar[bool] = True
+    #: True if a batch-size change on an unchanged placement happens inside the running job, between steps, as
+    #: AdaptDL's adaptive batch size does: the simulator then charges no restart for it (Pollux)
+    batch_in_place: ClassVar[bool] = False
     #: True if the policy cannot schedule without `ctx.perf` (no model-free fallback): the live service then
     #: refuses submissions that name no profiled application
     needs_perf_models: ClassVar[bool] = False

@@ -20,9 +20,10 @@ Faithful to the artifact (petuum/adaptdl `osdi21-artifact`, `simulator/pollux.py
 - Restart factor of a job that would change: max(age − restarts · 30 s, 0) / (age + 30 s).
 - Fair share for the speedup base: ⌈GPUs / jobs⌉ replicas on ⌈nodes / GPUs⌉ node(s) (dominant share).
 - A job that has not run yet starts at batch max(M₀, b_min · r).
-Differences: a job whose placement is unchanged keeps its batch size until it is moved (the artifact
-re-optimises the batch at every epoch boundary without a restart; here a batch change is a reconfiguration
-that costs the restart delay). Heterogeneity: a job may use any node of a type it allows and its profile
+- A job whose placement is unchanged re-optimises its batch size every round, in place (`batch_in_place`:
+  no restart), as the artifact's job does after every step; a moved job gets the best batch for its new GPUs.
+Differences: the artifact re-optimises after every epoch boundary inside a 60 s step too; we do it once per
+round. Heterogeneity: a job may use any node of a type it allows and its profile
 covers; the step time it measures on a mixed placement is the slowest type's (what the simulator runs).
 """
 
@@ -42,6 +43,9 @@ from elastisched.policies.base import Policy, PolicyContext, register
 RESTART_DELAY = 30.0  # seconds the restart factor charges per restart (artifact `delay = 30`)
 MAX_REPLICAS = 64  # artifact: "simulator can't handle more"
 NCF_BATCH = 32768  # artifact: ncf jobs under Pollux train at this fixed global batch, on one GPU
+#: a round's search stops once its best fitness has not improved for this many generations (None: always
+#: `generations`, as the artifact); the search is warm-started, so it converges early in most rounds
+PATIENCE = 10
 Obs = dict[tuple[int, int, int], tuple[float, float]]
 
 
@@ -52,9 +56,10 @@ class PolluxPolicy(Policy):
                    "p-norm of speedups, batch size chosen per allocation.")
     interval = 60.0
     elastic = True
+    batch_in_place = True
 
     def __init__(self, pop_size: int = 100, generations: int = 100, max_nodes: int = 16,
-                 patience: int | None = None) -> None:
+                 patience: int | None = PATIENCE) -> None:
         self.pop_size = pop_size
         self.generations = generations
         self.patience = patience
@@ -216,8 +221,12 @@ class PolluxPolicy(Policy):
             if not row.any():
                 reasons[job.job_id] = PendingReason.NOT_SELECTED
                 continue
-            if job.allocation.placement and np.array_equal(row, base[i]):
-                chosen[job.job_id] = job.allocation  # unchanged: no restart, batch size kept
+            cur = job.allocation
+            if cur.placement and np.array_equal(row, base[i]):
+                # unchanged placement: the job re-optimises its batch in place (artifact: every step)
+                batch = self.batch_size(apps[job.job_id], fns[job.job_id], len(cur.placement), cur.gpus)
+                same = batch is None or batch == cur.batch_size or fns[job.job_id] is None
+                chosen[job.job_id] = cur if same else Allocation(placement=cur.placement, batch_size=batch)
                 continue
             placement = tuple((node_ids[k], int(row[k])) for k in np.flatnonzero(row))
             batch = self.batch_size(apps[job.job_id], fns[job.job_id], len(placement), int(row.sum()))

@@ -268,6 +268,15 @@ class Simulator:
         job.cfg = job.app.batch_config(gpus, batch)
         job.allocation = alloc
         restart = self.cfg.restart_cost if self.cfg.restart_cost is not None else job.app.restart_cost
+        if self.policy.batch_in_place and old.placement and sorted(old.placement) == sorted(alloc.placement):
+            # only the batch changed, inside the running job (AdaptDL): no restart, not a launch
+            self._account(alloc, +1)
+            job.observed[gpus] = job.samples_per_s = job.app.throughput(job.gpu_type, job.shape, job.cfg)
+            self.running[jid] = job
+            t_end = job.finish_time()
+            if t_end < INF:
+                self._push(t_end, COMPLETION, (job, job.version))
+            return
         if self.cfg.resize_cost is not None and _keeps_gpus(old, alloc):
             # in-memory resize: survivors keep running state; a launch still in progress is not cut short
             job.restart_until = max(job.restart_until, self.now + self.cfg.resize_cost)
