@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
+from importlib import resources
 
 import numpy as np
 import pytest
 
 from elastisched.core.cluster import parse_cluster
-from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, PendingReason
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobPhase, JobSpec, JobView, PendingReason
 from elastisched.models.pollux_ga import AllocationProblem, crowding, nondominated_rank, search
 from elastisched.policies.base import PolicyContext, make_policy
 from elastisched.policies.pollux import NCF_BATCH, PolluxPolicy
@@ -156,9 +157,9 @@ def _small_workload(models: object, n: int) -> Workload:
 
 
 def test_deterministic_per_seed_and_state_round_trip(models: object) -> None:
-    wl = _small_workload(models, 12)
+    wl = _small_workload(models, 8)
     nodes = parse_cluster("4x4:t4")
-    run = [simulate(wl, make_policy("pollux", generations=20), nodes, models, SimConfig(seed=s))  # type: ignore
+    run = [simulate(wl, make_policy("pollux", generations=15), nodes, models, SimConfig(seed=s))  # type: ignore
            for s in (7, 7)]
     assert run[0].jobs.to_csv() == run[1].jobs.to_csv()
     pol = PolluxPolicy(generations=10)
@@ -169,11 +170,45 @@ def test_deterministic_per_seed_and_state_round_trip(models: object) -> None:
     assert twin.state_dict() == pol.state_dict()
 
 
-def test_bounded_fidelity_beats_the_rigid_baselines(models: object) -> None:
-    """Pollux's headline (OSDI'21 §5.2): lower average JCT than Tiresias and Optimus on the same jobs."""
-    wl = _small_workload(models, 30)
-    nodes = parse_cluster("4x4:t4")
-    avg = {p: simulate(wl, make_policy(p, **({"patience": 10} if p == "pollux" else {})), nodes, models,  # type: ignore
-                       SimConfig(seed=0)).summary["avg_jct"] for p in ("pollux", "tiresias", "optimus")}
-    assert avg["pollux"] < 0.9 * avg["tiresias"]
-    assert avg["pollux"] < 0.9 * avg["optimus"]
+def test_bounded_fidelity_against_the_artifact_jobs(models: object) -> None:
+    """The jobs the Pollux artifact finished within the first 2 h of workload-6 (nothing later can affect
+    them): ours finishes every one of them within 2.5 h, their mean JCT within ±10 % of the artifact's."""
+    path = resources.files("elastisched.workloads") / "data" / "pollux" / "reference" / "pollux-1.0.json"
+    ref = json.loads(path.read_text())["jcts"]["workload-6"]
+    wl = load_workload("pollux:workload-6", models)  # type: ignore[arg-type]
+    submit = {j.job_id: j.submit_time for j in wl.jobs}
+    early = [j for j in ref if submit[j] + ref[j] <= 7200.0]
+    assert len(early) >= 30
+    r = simulate(wl, make_policy("pollux"), parse_cluster("16x4:t4"), models,  # type: ignore[arg-type]
+                 SimConfig(seed=0, max_time=9000.0))
+    ours = dict(zip(r.jobs["job"], r.jobs["jct"], strict=True))
+    assert set(early) <= set(ours)
+    mean_ours = float(np.mean([ours[j] for j in early]))
+    mean_ref = float(np.mean([ref[j] for j in early]))
+    assert abs(mean_ours / mean_ref - 1) < 0.10
+
+
+class _Flip(PolluxPolicy):
+    """Keeps every job on node n0 with 2 GPUs and flips its batch size every round."""
+
+    name = "pollux-flip-test"
+
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        out = {}
+        for jid, job in snap.jobs.items():
+            b = 256 if job.allocation.batch_size == 512 else 512
+            out[jid] = Allocation(placement=((snap.nodes[0].node_id, 2),), batch_size=b)
+        return Decision(out)
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_batch_only_change_costs_no_restart_when_in_place(models: object, in_place: bool) -> None:
+    wl = load_workload("pollux:workload-6", models)  # type: ignore[arg-type]
+    job = next(j for j in wl.jobs if j.application == "cifar10")
+    one = Workload("one", (JobSpec(job.job_id, 0.0, "cifar10", 2, 256, work_scale=0.1),), "x", "x")
+    pol = _Flip()
+    pol.batch_in_place = in_place  # type: ignore[misc]
+    r = simulate(one, pol, parse_cluster("1x4:t4"), models, SimConfig(seed=0))  # type: ignore[arg-type]
+    restarts = int(r.jobs["restarts"].iloc[0])
+    assert r.summary["rounds"] > 3
+    assert (restarts == 0) if in_place else (restarts >= r.summary["rounds"] - 2)
