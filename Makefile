@@ -1,21 +1,40 @@
 # Two entry points that work on a fresh machine with only Python and pip.
+#   make run   installs only what the simulator needs (no torch, no web stack), then runs the main job
+#   make test  installs the dev, train and serve extras, then ruff and the whole test suite
+# Installs are remembered by stamp files in the venv: a second call re-installs only if pyproject.toml changed.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= results/quickstart
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test venv lint bench clean
 
 $(BIN)/python:
+	@echo "==> creating $(VENV)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-venv: $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,train,serve]'
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	@echo "==> installing elastisched (simulator only: numpy, scipy, pandas, matplotlib, typer) into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e .
+	@touch $@
+
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	@echo "==> installing elastisched with the dev, train (torch, CPU), serve and ray extras into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[dev,train,serve,ray]'
+	@touch $@ $(RUN_STAMP)
+
+venv: $(DEV_STAMP)
 
 ## make run: policy comparison on a bundled real workload (Pollux workload-6, 16x4 T4) -> $(OUT)/report.html
-run: venv
+run: $(RUN_STAMP)
+	@echo "==> simulating fifo, srtf, tiresias and optimus on Pollux workload-6 (160 jobs, 16 nodes x 4 T4)"
 	$(BIN)/elastisched sim compare --workload pollux:workload-6 --policies fifo,srtf,tiresias,optimus --cluster 16x4:t4 --out $(OUT)
+	@echo ""
+	@echo "Report: $(OUT)/report.html  (tables and plots; per-policy folders hold summary.json, jobs.csv, timeline.csv)"
+	@echo "Use the CLI:  source $(VENV)/bin/activate && elastisched --help"
 
 ## make test: lint + the whole test suite
 test: venv

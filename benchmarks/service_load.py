@@ -5,6 +5,8 @@ cluster so one job runs and 999 queue), submits N jobs one request at a time ove
 from `--clients` threads, then checks that none is lost (API list and a fresh read of the database) and
 records per-request latency (p50/p99/max), list latency with N jobs known, and the service's resident
 memory (VmRSS, VmHWM) with N jobs known after a few engine rounds. Targets: p99 ≤ 100 ms, RSS ≤ 300 MB.
+`--as-user` submits with a per-user token (`elastisched token create`, checked against the database and then
+cached) instead of the service's admin token.
 Writes ``<out>/service_load.json``.
 """
 
@@ -49,6 +51,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=1, help="concurrent keep-alive clients")
     ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--as-user", action="store_true", help="submit with a per-user token, not the admin token")
     a = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="elastisched-load-"))
@@ -65,7 +68,7 @@ def main() -> None:
                             env={**os.environ, "ELASTISCHED_TOKEN": TOKEN}, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    result: dict[str, Any] = {"benchmark": "service_load", "jobs": a.jobs, "clients": a.clients,
+    result: dict[str, Any] = {"benchmark": "service_load", "jobs": a.jobs, "clients": a.clients, "as_user": a.as_user,
                               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                           "loadavg_before": os.getloadavg()}}
     try:
@@ -79,6 +82,13 @@ def main() -> None:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise SystemExit(f"service did not start: {(tmp / 'service.log').read_text()[-2000:]}")
             time.sleep(0.1)
+        if a.as_user:
+            from elastisched.service.auth import create_token
+            from elastisched.service.store import Store
+
+            st = Store(db)
+            headers = {"Authorization": f"Bearer {create_token(st, 'bench')[1]}"}
+            st.close()
         rss_idle = _rss(proc.pid)
         lat: list[float] = []
         ids: list[str] = []

@@ -59,13 +59,14 @@ def main() -> None:
     loader = et.ElasticDataLoader(TensorDataset(x, y), batch_size=a.batch_size, shuffle=True)  # elastic
     if a.autoscale != "none":
         loader.autoscale_batch_size(a.max_batch, rule=a.autoscale)  # elastic
-    model = et.ElasticDataParallel(net, optimizer, sched, scaling_rule="sqrt")  # elastic
+    model = et.ElasticDataParallel(net, optimizer, sched, scaling_rule="sqrt")  # elastic (moves net to ctx.device)
     # Kept open for the whole run (flushed per line; the library flushes open files on a resize exit).
     log = open(a.log, "a", encoding="utf-8") if a.log and ctx.rank == 0 else None  # noqa: SIM115
     loss_fn = nn.MSELoss()
 
     for epoch in ctx.remaining_epochs_until(a.epochs):  # elastic
         for xb, yb in loader:
+            xb, yb = xb.to(ctx.device), yb.to(ctx.device)  # elastic: this worker's GPU, or the CPU
             loss = loss_fn(model(xb), yb)
             loss.backward()
             optimizer.step()
@@ -77,8 +78,8 @@ def main() -> None:
         sched.step()
     if ctx.rank == 0 and not a.hidden:
         with torch.no_grad():
-            got = np.r_[net.weight.numpy().ravel(), net.bias.numpy()]
-            full = float(loss_fn(net(x), y))
+            got = np.r_[net.weight.cpu().numpy().ravel(), net.bias.cpu().numpy()]
+            full = float(loss_fn(net(x.to(ctx.device)), y.to(ctx.device)))
         print(json.dumps({"final_mse": full, "optimum_distance": float(np.linalg.norm(got - opt)),
                           "batch": loader.current_batch_size, "steps": ctx.step}))
 

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from elastisched import __version__
+from elastisched.cli_tools import register as register_tools
 from elastisched.core.errors import ElastischedError
 
 app = typer.Typer(help="elastisched: elastic scheduling of deep-learning training on shared GPU clusters.",
@@ -24,6 +25,7 @@ reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plot
                             no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
+register_tools(sim_app, app)
 console = Console(stderr=True)
 
 WorkloadOpt = Annotated[str, typer.Option(
@@ -155,7 +157,6 @@ def _optional_plugins() -> None:
 
     for module, target in (("elastisched.train.commands", app), ("elastisched.loaning.reproduce", reproduce_app),
                            ("elastisched.report.ones_reproduce", reproduce_app),
-                           ("elastisched.report.jabas_reproduce", reproduce_app),
                            ("elastisched.service.commands", app)):
         try:
             mod = importlib.import_module(module)

@@ -145,3 +145,20 @@ def test_solve_batch_and_64_gpus():
     fast = min(workers["s2"])  # RTX 3090
     slow = max(workers["s6"])  # Quadro P4000
     assert fast >= slow
+
+
+def test_profile_solver_is_an_iidp_solver(model: IIDPModel, servers) -> None:
+    """`ProfileIIDP` answers through the one interface with the release's rules (§7: node0 + node1, GBS 256 →
+    LBS 32, 1493.3 samples/s; a move toward a target is strict and on the 2-GPU unit)."""
+    from elastisched.models.iidp_config import IIDPSolver
+    from elastisched.models.iidp_solver import ProfileIIDP
+
+    two = [servers["node0"], servers["node1"]]
+    assert ProfileIIDP(model).best(two, 256) == solve_batch(model, two, 256)  # no tolerance: the release's rule
+    solver: IIDPSolver = ProfileIIDP(model, tolerance=0.1)  # GBS within ±10 % of the target first
+    cfg = solver.best(two, 256)
+    assert cfg is not None and cfg.gbs == 256 and cfg.lbs == 32
+    assert cfg.throughput == pytest.approx(1493.3, rel=0.01)
+    up = solver.best(two, 256 * 1.1, 256)
+    assert up is not None and up.gbs > 256 and up.num_workers % 2 == 0
+    assert up.throughput == pytest.approx(solve_placement(model, two, 256 * 1.1, 256).throughput)  # type: ignore[union-attr]

@@ -5,26 +5,36 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
 from pathlib import Path
 
 import pytest
 
-from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
+from elastisched.core.types import (
+    Allocation,
+    ClusterSnapshot,
+    JobPhase,
+    JobSpec,
+    JobView,
+    NodeView,
+    PendingReason,
+)
 from elastisched.engine.invariants import check
 from elastisched.models import PerfModels
-from elastisched.models.similarity import AdaptiveBatchingConfig, expected_cosine_similarity
-from elastisched.policies.base import PolicyContext
-from elastisched.policies.jabas import (
-    JabasPolicy,
-    PolluxIIDP,
-    advance_gbs,
-    count_candidates,
+from elastisched.models.jabas_autoscale import count_candidates, type_price
+from elastisched.models.similarity import (
+    AdaptiveBatchingConfig,
     dataset_size,
+    expected_cosine_similarity,
+    gbs_schedule,
     grad_trace,
 )
+from elastisched.policies.base import PolicyContext
+from elastisched.policies.jabas import JabasPolicy, epoch_fraction
 
 SIA = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia" / "traces"
-needs_sia = pytest.mark.skipif(not SIA.is_dir(), reason="Sia traces not found")
+# without the peer data these tests skip locally and FAIL under CI=true (the project's rule)
+needs_sia = pytest.mark.skipif(not SIA.is_dir() and os.environ.get("CI") != "true", reason="Sia traces not found")
 
 
 @pytest.fixture(scope="module")
@@ -43,37 +53,15 @@ def _pending(jid: str, app: str, bs: int, **kw: object) -> JobView:
 HET = (NodeView("t0", "t4", 4, index=0), NodeView("a0", "a100", 4, index=1), NodeView("r0", "rtx", 4, index=2))
 
 
-@needs_sia
-def test_solver_is_exact_min_bottleneck(sia: PerfModels) -> None:
-    perf = PolluxIIDP(sia.app("imagenet"))
-    for groups, b, w in [({"t4": (2,), "a100": (1,)}, perf.lbs_grid[2], 9), ({"a100": (2,), "rtx": (1,)}, 46, 7)]:
-        cfg = perf.solve(groups, b, w)
-        assert cfg is not None
-        co = perf.coeffs(groups, b)
-        gpus = [t for t, gs in groups.items() for _ in range(sum(gs))]
-        brute = min(max(co[t][0] + co[t][1] * (x - 1) for t, x in zip(gpus, ws, strict=True))
-                    for ws in itertools.product(range(1, w + 1), repeat=len(gpus)) if sum(ws) == w)
-        assert cfg.iter_time == pytest.approx(brute, rel=1e-12)
-        assert sum(n * hi + (g - n) * (hi - 1) for g, hi, n in cfg.workers.values()) == w
-    assert perf.solve({"t4": (4,)}, 32, 3) is None  # fewer workers than GPUs
-
-
-@needs_sia
-def test_faster_gpus_get_more_workers(sia: PerfModels) -> None:
-    perf = PolluxIIDP(sia.app("imagenet"))
-    cfg = perf.solve({"t4": (4,), "a100": (4,)}, 46, 64)
-    assert cfg is not None
-    assert cfg.workers["a100"][1] > cfg.workers["t4"][1]
-    # heterogeneity-aware split beats the even split (one worker per GPU, GBS/N each)
-    assert cfg.iter_time < perf.uniform_time({"t4": (4,), "a100": (4,)}, cfg.gbs)
-
-
-def test_advance_gbs_follows_similarity(models: PerfModels) -> None:
+def test_gbs_schedule_follows_similarity(models: PerfModels) -> None:
     app = models.app("cifar10")
     trace = grad_trace(app)
     cfg = AdaptiveBatchingConfig(0.1, app.init_batch_size, app.max_batch_size)
-    gbs, step, pts = advance_gbs(trace, cfg, 128, 60, 20 * dataset_size(app))
+    gbs, step, pts = gbs_schedule(trace, cfg, 128, 60, 20 * dataset_size(app))
     assert cfg.lower_bound <= gbs <= cfg.upper_bound and step > 1 and pts
+    # one point per adjustment, every p = 100 steps, at increasing sample counts; the last is the result
+    assert step - 1 == 100 * len(pts) + (step - 1) % 100 and pts[-1][1] == gbs
+    assert all(a[0] < b[0] for a, b in itertools.pairwise(pts))
     # late in training the gradients are noisy: the batch grows, and ends near where cos ≈ γ
     assert gbs > 128
     sims = [expected_cosine_similarity(trace.stats(g, 60), g) for g in (gbs / 1.3, gbs * 1.3)]
@@ -139,7 +127,6 @@ def test_jobs_share_cluster_within_bounds_and_types(sia: PerfModels) -> None:
 @needs_sia
 def test_cost_objective_is_cheaper(sia: PerfModels) -> None:
     snap = _snap(HET, {"j": _pending("j", "imagenet", 3200)})
-    from elastisched.policies.jabas import type_price
 
     def price(a: Allocation) -> float:
         types = {n.node_id: n.gpu_type for n in HET}
@@ -155,5 +142,35 @@ def test_cost_objective_is_cheaper(sia: PerfModels) -> None:
 def test_unprofiled_application_waits_with_reason(models: PerfModels) -> None:
     nodes = (NodeView("n", "t4", 4),)
     d = JabasPolicy().schedule(_snap(nodes, {"x": _pending("x", "nope", 8)}), PolicyContext(perf=models))
-    assert "x" not in d.allocations and "no profile" in d.reasons["x"]
+    assert "x" not in d.allocations and d.reasons["x"] is PendingReason.NO_PROFILE
     assert math.isfinite(dataset_size(models.app("cifar10")))
+    # no models at all (ctx.perf None, no JobView.model): a typed reason, not an assert
+    d = JabasPolicy().schedule(_snap(nodes, {"x": _pending("x", "cifar10", 8)}), PolicyContext())
+    assert d.reasons["x"] is PendingReason.NO_PROFILE
+
+
+def test_job_model_is_preferred_over_context(models: PerfModels) -> None:
+    """`JobView.model` schedules the job even when `ctx.perf` lacks its application."""
+    nodes = (NodeView("n", "t4", 4),)
+    job = JobView(JobSpec("j", 0.0, "custom", 1, 128), JobPhase.PENDING, Allocation(), model=models.app("cifar10"))
+    d = JabasPolicy().schedule(_snap(nodes, {"j": job}), PolicyContext(perf=PerfModels({})))
+    assert d.allocations["j"].gpus >= 1 and d.allocations["j"].local_batch is not None
+
+
+@needs_sia
+def test_batch_follows_the_schedule_inside_an_epoch_on_the_same_gpus(sia: PerfModels) -> None:
+    """Mid-epoch the GBS moves with the SimiGrad schedule and is re-solved in place (same placement)."""
+    pol = JabasPolicy()
+    ctx = PolicyContext(perf=sia)
+    app = sia.app("imagenet")
+    job = _pending("j", "imagenet", app.init_batch_size)
+    a = pol.schedule(_snap(HET, {"j": job}), ctx).allocations["j"]
+    e = 60  # late in training the gradients are noisy: the schedule grows the batch within the epoch
+    start = JobView(job.spec, JobPhase.RUNNING, a, epoch=e, progress=float(app.epoch_end[e]))
+    b = pol.schedule(_snap(HET, {"j": start}, 60.0), ctx).allocations["j"]
+    mid = app.epoch_end[e] + 0.9 * (app.epoch_end[e + 1] - app.epoch_end[e])
+    running = JobView(job.spec, JobPhase.RUNNING, b, epoch=e, progress=float(mid))
+    assert epoch_fraction(running, app) == pytest.approx(0.9)
+    c = pol.schedule(_snap(HET, {"j": running}, 120.0), ctx).allocations["j"]
+    assert sorted(c.placement) == sorted(b.placement)
+    assert (c.batch_size or 0) > (b.batch_size or 0) and c.local_batch is not None

@@ -43,9 +43,11 @@ class ServiceProc:
     """`python -m elastisched.service` with a given cluster and policy; restartable on the same database."""
 
     def __init__(self, tmp: Path, *, cluster: str = "2x2:cpu", policy: str = "fifo", grace: float = 10.0,
-                 scripts_dir: str | Path = ROOT) -> None:
+                 scripts_dir: str | Path | None = ROOT, extra: tuple[str, ...] = (), token: str | None = TOKEN) -> None:
+        """`scripts_dir=None` starts the service without `--scripts-dir`; `token=None` without a legacy token."""
         self.tmp, self.cluster, self.policy, self.grace = tmp, cluster, policy, grace
-        self.scripts_dir = str(scripts_dir)
+        self.scripts_dir = None if scripts_dir is None else str(scripts_dir)
+        self.extra, self.token = extra, token
         self.db = f"sqlite:///{tmp / 'state.db'}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -53,16 +55,19 @@ class ServiceProc:
 
     def start(self) -> ServiceProc:
         self.port = free_port()
-        env = {**os.environ, "ELASTISCHED_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
+        env = {k: v for k, v in os.environ.items() if k != "ELASTISCHED_TOKEN"} | {"OMP_NUM_THREADS": "1"}
+        if self.token is not None:
+            env["ELASTISCHED_TOKEN"] = self.token
         log = open(self.tmp / "service.log", "ab")  # noqa: SIM115 - handed to the child
+        scripts = [] if self.scripts_dir is None else ["--scripts-dir", self.scripts_dir]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "elastisched.service", "--db", self.db, "--port", str(self.port),
              "--cluster", self.cluster, "--policy", self.policy, "--workdir", str(self.tmp / "work"),
-             "--scripts-dir", self.scripts_dir, "--tick", "0.2", "--grace", str(self.grace)],
+             *scripts, "--tick", "0.2", "--grace", str(self.grace), *self.extra],
             env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30,
-                                   headers={"Authorization": f"Bearer {TOKEN}"})
+                                   headers={"Authorization": f"Bearer {self.token}"} if self.token else {})
         wait_for(self._healthy, 60, "service health")
         return self
 
@@ -87,6 +92,13 @@ class ServiceProc:
         r = self.api("GET", f"/v1/jobs/{jid}")
         assert r.status_code == 200, r.text
         return dict(r.json())
+
+    def as_user(self, token: str) -> httpx.Client:
+        """A client that sends `token` (close it, or use it in a `with`)."""
+        return httpx.Client(base_url=self.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
+
+    def log_text(self) -> str:
+        return (self.tmp / "service.log").read_text(errors="replace")
 
     def kill9(self) -> None:
         assert self.proc is not None

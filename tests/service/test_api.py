@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -157,9 +158,152 @@ def test_dashboard_page_is_public_but_its_data_needs_the_token(svc: ServiceProc)
         page = c.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "dash-secret-name" not in page.text and c.get("/dashboard").text == page.text
-        polled = set(re.findall(r'get\("(/v1/[a-z]+)"\)', page.text))
-        assert polled == {"/v1/nodes", "/v1/jobs", "/v1/loans"}
+        polled = set(re.findall(r'get\("(/v1/[a-z]+)[?"]', page.text))
+        assert polled == {"/v1/status", "/v1/nodes", "/v1/jobs", "/v1/loans", "/v1/reasons", "/v1/scheduler",
+                          "/v1/utilisation"}
         for path in polled:
             assert c.get(path).status_code == 401, path
             assert svc.api("GET", path).status_code == 200, path
     assert any(j["name"] == "dash-secret-name" for j in svc.api("GET", "/v1/jobs").json())
+
+
+# ---------------------------------------------------------------------------------------------- issue 11 item 3
+@pytest.mark.parametrize(("body", "field", "says"), [
+    ({"gpus": 5}, "gpus", "4 GPUs"),  # the cluster is 2x2:cpu
+    ({"gpus": 5, "min_gpus": 5, "max_gpus": 8}, "gpus", "4 GPUs"),
+    ({"gpu_type": "a100"}, "gpu_type", "cpu"),
+    ({"gpus": 1, "gpu_type": "A100"}, "gpu_type", "cpu"),
+])
+def test_jobs_the_cluster_cannot_hold_are_refused_at_submit(svc: ServiceProc, body: dict[str, object], field: str,
+                                                            says: str) -> None:
+    r = svc.api("POST", "/v1/jobs", json={"script": FAKE, **body})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(f"{field}:") and says in r.json()["detail"]
+    assert svc.api("POST", "/v1/jobs", json={"script": FAKE, "gpus": 4, "gpu_type": "cpu",
+                                             "args": ["--steps", "1"]}).status_code == 201
+
+
+# ---------------------------------------------------------------------------------------------- issue 11 item 5
+BIG = "x" * (128 * 1024)
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    ('{"script": "%s", "duration_s": NaN}', "duration_s"),
+    ('{"script": "%s", "work_scale": Infinity}', "work_scale"),
+    ('{"script": "%s", "duration_s": -Infinity}', "duration_s"),
+    ('{"script": "%s", "gpus": 1e400}', "gpus"),
+    ('{"script": "%s", "batch_size": 99999999999999999999999}', "batch_size"),
+    ('{"script": "%s", "duration_s": 1e308}', "duration_s"),
+    ('{"script": "%s", "args": ["a\\u0000b"]}', "args"),
+    ('{"script": "%s", "args": ["' + BIG + '"]}', "args"),
+    ('{"script": "%s", "args": ["\\ud800"]}', "args"),
+    ('{"script": "%s", "name": "\\udfff"}', "name"),
+    ('{"script": "%s\\u0000"}', "script"),
+    ('{"script": "%s", "adaptive": [1, 1e30]}', "adaptive"),
+    ('{"script": "%s", "gpus": 1, "surprise": 1}', "surprise"),
+])
+def test_malformed_submissions_are_4xx_naming_the_field(svc: ServiceProc, raw: str, field: str) -> None:
+    r = svc.api("POST", "/v1/jobs", content=raw.replace("%s", FAKE), headers={"content-type": "application/json"})
+    assert r.status_code == 422, (r.status_code, r.text[:300])
+    assert field in r.text and "Infinity" not in r.text and "NaN" not in r.text and BIG not in r.text
+
+
+@pytest.mark.parametrize(("path", "params", "field"), [
+    ("/v1/jobs/%00", None, "path"),
+    ("/v1/jobs/ab%00cd", None, "path"),
+    ("/v1/jobs/%ED%A0%80", None, "path"),  # UTF-8 of a lone surrogate
+    ("/v1/jobs/%FF%FE", None, "path"),
+    ("/v1/jobs/" + "a" * 300, None, "path"),
+    ("/v1/jobs/" + "a" * 300 + "/logs", None, "path"),
+    ("/v1/jobs/abc%25", None, "job_id"),
+    ("/v1/jobs", {"limit": str(2**63)}, "limit"),
+    ("/v1/jobs", {"limit": str(-(2**70))}, "limit"),
+    ("/v1/jobs", {"limit": "NaN"}, "limit"),
+    ("/v1/jobs", {"state": "RUNNING,NOPE"}, "state"),
+    ("/v1/jobs", {"state": "\x00"}, "state"),
+])
+def test_malformed_paths_and_queries_are_4xx_naming_the_field(svc: ServiceProc, path: str,
+                                                               params: dict[str, str] | None, field: str) -> None:
+    r = svc.api("GET", path, params=params)
+    assert 400 <= r.status_code < 500, (path, r.status_code, r.text[:300])
+    assert field in r.text, (path, r.text[:300])
+
+
+def test_log_query_bounds(svc: ServiceProc) -> None:
+    jid = svc.api("POST", "/v1/jobs", json={"script": FAKE, "args": ["--steps", "1"]}).json()["id"]
+    for bad in ("NaN", "inf", "-1", "1e999", "x"):
+        r = svc.api("GET", f"/v1/jobs/{jid}/logs", params={"follow": True, "timeout_s": bad})
+        assert r.status_code == 422 and "timeout_s" in r.text, (bad, r.text)
+    assert "Traceback" not in svc.log_text()
+
+
+# ---------------------------------------------------------------------------------------------- issue 11 item 4
+def _metric(svc: ServiceProc, name: str) -> float:
+    for line in svc.api("GET", "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no metric {name}")
+
+
+def test_many_log_follows_neither_wedge_the_api_nor_outlive_their_clients(service_factory: Any) -> None:
+    """45 follows of a quiet job (the server takes 32 and answers 429 to the rest) leave `GET /v1/jobs` fast;
+    when the clients go away without a word, the server notices and frees every slot."""
+    import socket
+
+    svc = service_factory(cluster="1x1:cpu", scripts_dir=ROOT / "tests").start()
+    jid = svc.api("POST", "/v1/jobs", json={"script": FAKE, "args": ["--steps", "100000", "--sleep", "1"]}).json()["id"]
+    wait_for(lambda: svc.job(jid)["state"] == "RUNNING", 30, "running")
+    socks, codes = [], []
+    for _ in range(45):
+        s = socket.create_connection(("127.0.0.1", svc.port), timeout=10)
+        s.sendall(f"GET /v1/jobs/{jid}/logs?follow=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}"
+                  "\r\n\r\n".encode())
+        codes.append(int(s.recv(64).split()[1]))
+        socks.append(s)
+    assert codes.count(200) == 32 and codes.count(429) == 13, codes
+    t0 = time.monotonic()
+    assert svc.api("GET", "/v1/jobs").status_code == 200
+    assert svc.api("GET", f"/v1/jobs/{jid}").status_code == 200
+    assert time.monotonic() - t0 < 2.0
+    assert _metric(svc, "elastisched_log_follows") == 32
+    for s in socks:
+        s.close()
+    wait_for(lambda: _metric(svc, "elastisched_log_follows") == 0, 10, "abandoned follows released")
+    svc.api("DELETE", f"/v1/jobs/{jid}")
+    wait_for(lambda: svc.job(jid)["state"] == "CANCELLED", 30, "cancelled")
+
+
+def test_a_follow_with_no_new_output_ends_after_the_idle_timeout(service_factory: Any) -> None:
+    s = service_factory(cluster="1x1:cpu", scripts_dir=ROOT / "tests", extra=("--follow-idle", "1")).start()
+    jid = s.api("POST", "/v1/jobs", json={"script": FAKE, "args": ["--steps", "100000", "--sleep", "1"]}).json()["id"]
+    wait_for(lambda: s.job(jid)["state"] == "RUNNING", 30, "running")
+    t0 = time.monotonic()
+    with s.client.stream("GET", f"/v1/jobs/{jid}/logs", params={"follow": True}, timeout=30) as r:
+        assert r.status_code == 200
+        for _ in r.iter_bytes():
+            pass
+    assert time.monotonic() - t0 < 10 and s.job(jid)["state"] == "RUNNING"
+
+
+def test_sigterm_stops_the_server_within_grace_with_follows_open(service_factory: Any) -> None:
+    import signal
+    import socket
+
+    s = service_factory(cluster="1x1:cpu", scripts_dir=ROOT / "tests", grace=3.0).start()
+    jid = s.api("POST", "/v1/jobs", json={"script": FAKE, "args": ["--steps", "100000", "--sleep", "1"]}).json()["id"]
+    wait_for(lambda: s.job(jid)["state"] == "RUNNING", 30, "running")
+    socks = []
+    for _ in range(10):
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        c.sendall(f"GET /v1/jobs/{jid}/logs?follow=true HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}"
+                  "\r\n\r\n".encode())
+        assert c.recv(64).split()[1] == b"200"
+        socks.append(c)
+    t0 = time.monotonic()
+    s.proc.send_signal(signal.SIGTERM)
+    try:
+        s.proc.wait(timeout=15)
+    finally:
+        for c in socks:
+            c.close()
+    assert time.monotonic() - t0 <= 3.0 + 1.0, time.monotonic() - t0

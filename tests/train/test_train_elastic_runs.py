@@ -43,7 +43,8 @@ def test_sigterm_resize_2_to_3_to_1_is_exact(tmp_path: Path) -> None:
 
     ck, tr = tmp_path / "ck", tmp_path / "trace"
     args = ["--trace", str(tr), "--sleep", "0.2"]  # slow steps: SIGTERM lands well inside the epoch
-    run_until_then_sigterm(launch_cmd(2, local_batch=8, ckpt=ck, generation=0, worker_args=args), tr, 2)
+    err = run_until_then_sigterm(launch_cmd(2, local_batch=8, ckpt=ck, generation=0, worker_args=args), tr, 2)
+    assert "stop requested (SIGTERM); checkpoint at step" in err  # the job's log says why it stopped
     run_until_then_sigterm(launch_cmd(3, accum="2,1,1", local_batch=4, ckpt=ck, generation=1,
                                       worker_args=args), tr, 8)
     run_launch(1, accum="4", local_batch=4, ckpt=ck, generation=2, worker_args=["--trace", str(tr)])

@@ -51,8 +51,9 @@ def losses(d: Path) -> dict[int, float]:
     return out
 
 
-def run_until_then_sigterm(cmd: list[str], trace: Path, step: int, timeout: float = 60) -> int:
-    """Start the launcher, wait until rank 0 recorded `step`, SIGTERM the launcher; return its code."""
+def run_until_then_sigterm(cmd: list[str], trace: Path, step: int, timeout: float = 60) -> str:
+    """Start the launcher, wait until rank 0 recorded `step`, SIGTERM the launcher; assert it exits 0 and
+    return its stderr."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     try:
@@ -67,7 +68,7 @@ def run_until_then_sigterm(cmd: list[str], trace: Path, step: int, timeout: floa
         os.kill(p.pid, signal.SIGTERM)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
-        return p.returncode
+        return err
     finally:
         if p.poll() is None:
             p.kill()

@@ -25,19 +25,21 @@ ties in (m, a) for the same w go to fewer VSWs (less memory); among LBS the high
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from elastisched.models.iidp import IIDPModel
+from elastisched.models.iidp_config import IIDPConfig, UnitAssignment, choose_config, directional_workers
 from elastisched.models.iidp_profiles import ServerSpec
 
 __all__ = [
     "MAX_GA_STEPS",
     "IIDPConfig",
+    "ProfileIIDP",
     "UnitAssignment",
     "bottleneck_curve",
+    "directional_workers",
     "minmax_convolve",
     "solve_batch",
     "solve_placement",
@@ -47,51 +49,6 @@ __all__ = [
 
 #: Largest GA step count the release's table considers [code: ``create_table`` ``MAX_GA_STEPS``].
 MAX_GA_STEPS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class UnitAssignment:
-    """(m, a) of one allocation unit: GPUs ``first_gpu .. first_gpu+num_gpus-1`` of ``server``."""
-
-    server: str
-    first_gpu: int
-    num_gpus: int
-    m: int
-    a: int
-    iter_time: float
-
-    @property
-    def workers(self) -> int:
-        return self.num_gpus * self.m * (self.a + 1)
-
-
-@dataclass(frozen=True, slots=True)
-class IIDPConfig:
-    """A solved IIDP configuration; ``iter_time`` = slowest unit (s), throughput in samples/s."""
-
-    lbs: int
-    num_workers: int
-    iter_time: float
-    units: tuple[UnitAssignment, ...]
-
-    @property
-    def gbs(self) -> int:
-        return self.lbs * self.num_workers
-
-    @property
-    def throughput(self) -> float:
-        return self.gbs / self.iter_time
-
-    def gpu_configs(self) -> tuple[tuple[str, int, int, int], ...]:
-        """``(server, gpu index, m, a)`` for every GPU, in unit order (= rank order of the release)."""
-        return tuple((u.server, u.first_gpu + i, u.m, u.a) for u in self.units for i in range(u.num_gpus))
-
-    def accumulation(self) -> dict[str, int]:
-        """GA steps per server (max over its units), for ``Allocation.accumulation``."""
-        out: dict[str, int] = {}
-        for u in self.units:
-            out[u.server] = max(out.get(u.server, 0), u.a)
-        return out
 
 
 # ------------------------------------------------------------------------------------------ primitives
@@ -282,22 +239,6 @@ def _candidate_lbs(model: IIDPModel, cluster: Sequence[ServerSpec], upper_bound:
     ]
 
 
-def directional_workers(
-    target: float, lbs: int, current_gbs: int, *, unit_gpus: int = 2, strict: bool = True
-) -> int | None:
-    """W for a GBS move from ``current_gbs`` toward ``target``, rounded to a multiple of the unit size
-    in the direction of the move; ``None`` if the rounded GBS does not move (``strict``: must strictly
-    increase/decrease as in ``solve_placement``; else may stay, as in ``estimate_epoch_time``)."""
-    w = round(target / lbs)
-    if target > current_gbs:
-        w += (-w) % unit_gpus
-        moved = lbs * w > current_gbs if strict else lbs * w >= current_gbs
-    else:
-        w -= w % unit_gpus
-        moved = lbs * w < current_gbs if strict else lbs * w <= current_gbs
-    return w if moved else None
-
-
 def solve_placement(
     model: IIDPModel,
     cluster: Sequence[ServerSpec],
@@ -353,3 +294,24 @@ def solve_batch(
         if cfg is not None and (best is None or cfg.throughput > best.throughput):
             best = cfg
     return best
+
+
+class ProfileIIDP:
+    """:class:`~elastisched.models.iidp_config.IIDPSolver` on the release's profile format (VSWs + GA)."""
+
+    def __init__(self, model: IIDPModel, *, unit_gpus: int = 2, tolerance: float | None = None) -> None:
+        self.model = model
+        self.unit_gpus = unit_gpus
+        self.tolerance = tolerance
+
+    def lbs_options(self, cluster: Sequence[ServerSpec], upper: int | None) -> list[int]:
+        return _candidate_lbs(self.model, cluster, upper)
+
+    def solve(self, cluster: Sequence[ServerSpec], lbs: int, num_workers: int) -> IIDPConfig | None:
+        return solve_workers(self.model, cluster, lbs, num_workers, unit_gpus=self.unit_gpus)
+
+    def best(self, cluster: Sequence[ServerSpec], target: float, current: int | None = None,
+             upper: int | None = None) -> IIDPConfig | None:
+        return choose_config(lambda b, w: self.solve(cluster, b, w), self.lbs_options(cluster, upper),
+                             sum(s.num_gpus for s in cluster), target, current, upper=upper,
+                             unit_gpus=self.unit_gpus, tolerance=self.tolerance)

@@ -28,32 +28,33 @@ price per GPU-hour = $3.06 × TFLOPS / 14.13 [code: ``jabas/utils/cost_utils.py`
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
 from elastisched.models.iidp import IIDPModel
+from elastisched.models.iidp_config import IIDPConfig, IIDPSolver, directional_workers
 from elastisched.models.iidp_profiles import ServerSpec
-from elastisched.models.iidp_solver import (
-    IIDPConfig,
-    bottleneck_curve,
-    directional_workers,
-    solve_workers,
-)
+from elastisched.models.iidp_solver import bottleneck_curve, solve_workers
 
 __all__ = [
     "BASE_GPU_PRICE",
     "BASE_TFLOPS",
+    "GPU_TFLOPS",
     "AutoScaleDecision",
     "CurveCache",
     "EpochEstimate",
     "best_server_set",
     "candidate_server_sets",
+    "count_candidates",
     "epoch_cost",
+    "estimate_epoch",
     "estimate_epoch_time",
     "gpu_price_per_hour",
+    "type_price",
 ]
 
 #: AWS p3.8xlarge (4×V100) $12.24/h ÷ 4, and the V100 TFLOPS it is anchored to [code: cost_utils.py].
@@ -61,11 +62,19 @@ BASE_GPU_PRICE = 3.06
 BASE_TFLOPS = 14.13
 
 Objective = Literal["time", "cost"]
+#: FP32 peak TFLOPS per Pollux/Sia GPU type (vendor spec sheets; V100 = the release's 14.13 anchor).
+#: Used only for the release's price model ($3.06/h × TFLOPS/14.13) — our assumption for these types.
+GPU_TFLOPS: dict[str, float] = {"t4": 8.14, "v100": 14.13, "a100": 19.5, "rtx": 13.45, "rtx6000": 16.3}
 
 
 def gpu_price_per_hour(tflops: float) -> float:
     """USD per GPU-hour, proportional to TFLOPS (the release's cost model)."""
     return BASE_GPU_PRICE * tflops / BASE_TFLOPS
+
+
+def type_price(gpu_type: str) -> float:
+    """USD per GPU-hour of a Pollux/Sia GPU type (unknown types priced as a V100)."""
+    return gpu_price_per_hour(GPU_TFLOPS.get(gpu_type, BASE_TFLOPS))
 
 
 def epoch_cost(cluster: Sequence[ServerSpec], seconds: float) -> float:
@@ -281,3 +290,40 @@ def best_server_set(
     cluster = tuple(candidates[pick])
     cfg = solve_workers(model, cluster, current_lbs, current_gbs // current_lbs, unit_gpus=unit_gpus)
     return AutoScaleDecision(ests[pick], cluster, cfg, tuple(ests))
+
+
+def estimate_epoch(
+    solver: IIDPSolver, cluster: Sequence[ServerSpec], trajectory: Sequence[int], *, current_gbs: int,
+    dataset: int, interval: int = 100, sync_step: int = 0, upper: int | None = None,
+) -> tuple[float, list[IIDPConfig]]:
+    """Next-epoch time on ``cluster`` for a GBS ``trajectory`` with any :class:`IIDPSolver` (the
+    :func:`estimate_epoch_time` rules: ``p`` steps per point, the first the rest of the interval, the last
+    finishes the epoch; each point's configuration from ``solver.best``); inf if some point has none."""
+    rem, total, used = dataset, 0.0, []
+    for k, g in enumerate(trajectory):
+        if rem <= 0:
+            break
+        steps = interval - (sync_step % interval) if k == 0 else interval
+        cfg = solver.best(cluster, g, None if g == current_gbs else current_gbs, upper)
+        if cfg is None:
+            return math.inf, used
+        if k == len(trajectory) - 1 or rem < cfg.gbs * steps:
+            steps = math.ceil(rem / cfg.gbs)
+        rem -= cfg.gbs * steps
+        total += cfg.iter_time * steps
+        used.append(cfg)
+    return total, used
+
+
+def count_candidates(free: Mapping[str, int], lo: int = 1, hi: int | None = None,
+                     limit: int | None = None) -> list[dict[str, int]]:
+    """Candidate allocations as GPUs per type: 0, powers of two and all of each type's free GPUs, with a
+    total in ``lo..hi``; fewest GPUs first (the server-type reading of the release's unit subsets)."""
+    opts = []
+    for f in free.values():
+        o = {0, f} | {2**i for i in range(int(math.log2(f)) + 1)} if f > 0 else {0}
+        opts.append(sorted(o))
+    out = [dict(zip(free, c, strict=True)) for c in itertools.product(*opts)
+           if lo <= sum(c) <= (hi if hi is not None else sum(c)) and sum(c) > 0]
+    out.sort(key=lambda d: (sum(d.values()), tuple(d.values())))
+    return out[:limit] if limit is not None else out

@@ -41,8 +41,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from elastisched.models.application import Application
 
 __all__ = [
     "AdaptiveBatchingConfig",
@@ -52,7 +56,10 @@ __all__ = [
     "adaptive_step",
     "batch_for_similarity",
     "bundled_pollux_grad_trace",
+    "dataset_size",
     "expected_cosine_similarity",
+    "gbs_schedule",
+    "grad_trace",
     "load_pollux_grad_trace",
     "lr_modifier",
     "similarity_target_batch",
@@ -282,3 +289,56 @@ def bundled_pollux_grad_trace(app: str) -> PolluxGradTrace:
 
     root = resources.files("elastisched.models").joinpath("profiles", "pollux", app)
     return load_pollux_grad_trace(Path(str(root)))
+
+
+# ------------------------------------------------------------------- Pollux applications (the jabas policy)
+def grad_trace(app: Application) -> PolluxGradTrace:
+    """Per-epoch gradient statistics of an application (its ``validation-*.csv``), Pollux convention."""
+    v = app.profile.validation
+    sqr = {b: tuple(float(x) for x in df["grad_sqr"]) for b, df in v.items()}
+    var = {b: tuple(float(x) for x in df["grad_var"]) for b, df in v.items()}
+    return PolluxGradTrace(app.name, tuple(sorted(v)), sqr, var, float(min(v)))
+
+
+def dataset_size(app: Application) -> int:
+    """Samples per epoch: optimizer steps of one epoch × batch in the smallest-batch validation file."""
+    b = min(app.profile.validation)
+    it = app.profile.validation[b]["iteration"].to_numpy(float)
+    steps = it[0] if len(it) < 2 else it[1] - it[0]
+    return max(round(steps * b), b)
+
+
+def gbs_schedule(
+    trace: PolluxGradTrace, cfg: AdaptiveBatchingConfig, gbs: int, epoch: int, samples: float,
+    sim_step: int = 1,
+) -> tuple[int, int, list[tuple[float, int]]]:
+    """Run the SimiGrad rule over ``samples`` of epoch ``epoch`` from ``gbs``, the target GBS itself
+    (rounded, within the bounds) being taken at each adjustment.
+
+    Returns ``(gbs, sim_step, [(samples done at the adjustment, GBS from then on), ...])``, one point per
+    adjustment step (changed or not: the epoch-time estimator counts ``p`` steps per point); the caller
+    realises each GBS (IIDP re-solve, or an even split).
+    """
+    ep = min(max(epoch, 0), trace.num_epochs - 1)
+
+    def sim(b: int) -> float:
+        return expected_cosine_similarity(trace.stats(b, ep), b)
+
+    def resolve(target: float, cur: int) -> tuple[int, int] | None:
+        new = math.ceil(target) if target > cur else math.floor(target)
+        new = min(max(new, 1), cfg.upper_bound)
+        return None if new == cur else (1, new)
+
+    st = AdaptiveBatchingState(gbs=gbs, lbs=1, sim_step=sim_step)
+    done, pts = 0.0, []
+    while done < samples:
+        k = (-st.sim_step) % cfg.adjust_interval + 1  # steps to the next adjustment (inclusive)
+        n = min(k, max(1, math.ceil((samples - done) / st.gbs)))
+        done += n * st.gbs
+        if n < k:
+            st = replace(st, sim_step=st.sim_step + n)
+            break
+        st = simulate_adjustments(st, cfg, sim, resolve, k)
+        pts.extend((done, g) for _, g in st.trajectory)
+        st = AdaptiveBatchingState(st.gbs, st.lbs, st.sim_step)
+    return st.gbs, st.sim_step, pts

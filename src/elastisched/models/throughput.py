@@ -10,18 +10,26 @@ measured range (the artifact asserts) we use the Pollux performance model fitted
     T_step    = (T_compute^γ + T_net^γ)^(1/γ)                                   (Pollux OSDI'21 §3.2)
 
 fitted by least squares on log times (`fit_pollux`). Results are memoised per (placement, local batch):
-simulations ask the same few shapes millions of times.
+simulations ask the same few shapes millions of times. A fit depends only on the profile's numbers, so it
+is cached on disk by their digest (`cached_fit`): the L-BFGS fit is the largest part of a cold start.
+Building a model runs with one BLAS thread: on a busy machine multi-threaded BLAS in these small problems
+is orders of magnitude slower and gives the same numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from scipy.interpolate import LinearNDInterpolator
 from scipy.optimize import minimize
 from scipy.spatial import QhullError
+from threadpoolctl import threadpool_limits
 
 from elastisched.models.profiles import ThroughputProfile
 
@@ -81,6 +89,42 @@ def fit_pollux(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, step: np.nd
     return PolluxParams(*map(float, res.x))
 
 
+FIT_VERSION = 1  # bump when fit_pollux changes: old cache entries are then ignored
+
+
+def cache_dir() -> Path | None:
+    """Where fits are cached: $ELASTISCHED_CACHE_DIR, else ~/.cache/elastisched; "" or "off" disables."""
+    env = os.environ.get("ELASTISCHED_CACHE_DIR")
+    if env is not None:
+        return None if env in ("", "off") else Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "elastisched"
+
+
+def cached_fit(pts: np.ndarray, vals: np.ndarray) -> PolluxParams:
+    """`fit_pollux` on (nodes, replicas, local batch) → (step, sync) points, cached on disk by the digest of
+    the points (float64 bytes) and FIT_VERSION; an unreadable or unwritable cache only costs the fit."""
+    pts, vals = np.ascontiguousarray(pts, dtype=np.float64), np.ascontiguousarray(vals, dtype=np.float64)
+    digest = hashlib.sha256(b"%d|%r|%r|" % (FIT_VERSION, pts.shape, vals.shape) + pts.tobytes()
+                            + vals.tobytes()).hexdigest()[:32]
+    root = cache_dir()
+    path = root / "fits" / f"{digest}.json" if root is not None else None
+    if path is not None:
+        try:
+            return PolluxParams(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+    params = fit_pollux(pts[:, 0], pts[:, 1], pts[:, 2], vals[:, 0], vals[:, 1])
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(asdict(params)))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return params
+
+
 def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
     """Drop empty nodes and rotate to the lexicographically smallest rotation (the artifact's key)."""
     p = tuple(x for x in placement if x)
@@ -135,6 +179,11 @@ class ThroughputModel:
     """(placement, local batch) → (step_time, sync_time) seconds for one app on one GPU type."""
 
     def __init__(self, profile: ThroughputProfile, max_nodes_interp: int = 16) -> None:
+        with threadpool_limits(limits=1, user_api="blas"):
+            self._build(profile, max_nodes_interp)
+        self.step_sync = lru_cache(maxsize=65536)(self._step_sync)
+
+    def _build(self, profile: ThroughputProfile, max_nodes_interp: int) -> None:
         pl = profile.placements
         self._by_placement: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for key, df in pl.groupby("placement"):
@@ -149,8 +198,7 @@ class ThroughputModel:
         self._max_nodes = max_nodes_interp
         self.min_local_bsz = int(pl["local_bsz"].min())
         self.max_local_bsz = int(pl["local_bsz"].max())
-        self.params = fit_pollux(pts[:, 0], pts[:, 1], pts[:, 2], vals[:, 0], vals[:, 1])
-        self.step_sync = lru_cache(maxsize=65536)(self._step_sync)
+        self.params = cached_fit(pts, vals)
 
     def _step_sync(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
         p = canonical_placement(placement)

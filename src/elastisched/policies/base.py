@@ -40,7 +40,8 @@ class Policy:
     #: False if the policy never reads progress/epoch of running jobs: the simulator then skips refreshing them
     needs_progress: ClassVar[bool] = True
     #: True if a batch-size change on an unchanged placement happens inside the running job, between steps, as
-    #: AdaptDL's adaptive batch size does: the simulator then charges no restart for it (Pollux)
+    #: AdaptDL's adaptive batch size does: the simulator then charges `SimConfig.reconfigure_cost` (default 0)
+    #: instead of a restart (Pollux)
     batch_in_place: ClassVar[bool] = False
     #: True if the policy cannot schedule without `ctx.perf` (no model-free fallback): the live service then
     #: refuses submissions that name no profiled application

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 
+from elastisched.core.errors import ElastischedError
 from elastisched.service.server import serve
 
 
@@ -16,14 +17,23 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8470)
     ap.add_argument("--workdir", default=".elastisched")
-    ap.add_argument("--scripts-dir", default=os.getcwd())
+    ap.add_argument("--scripts-dir", default=None, help="job scripts must live under it (default: an empty "
+                    "<workdir>/scripts)")
     ap.add_argument("--tick", type=float, default=0.5)
     ap.add_argument("--grace", type=float, default=15.0)
     ap.add_argument("--max-retries", type=int, default=2)
+    ap.add_argument("--max-follows", type=int, default=32, help="concurrent `logs --follow` streams")
+    ap.add_argument("--follow-idle", type=float, default=300.0, help="end a log follow after this long (s) "
+                    "without new output")
     ap.add_argument("--profiles", default=None, help="measured application profiles (Pollux format), one dir each")
     a = ap.parse_args()
-    serve(host=a.host, port=a.port, db=a.db, cluster=a.cluster, policy=a.policy, workdir=a.workdir,
-          scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries, profiles=a.profiles)
+    try:
+        serve(host=a.host, port=a.port, db=a.db, cluster=a.cluster, policy=a.policy, workdir=a.workdir,
+              scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries,
+              profiles=a.profiles, max_follows=a.max_follows, follow_idle_s=a.follow_idle)
+    except ElastischedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Service commands in the Slurm/Kueue tradition (ecosystem.md §B.4): serve, submit, ls, describe, logs,
 cancel, resize, nodes, loans. `register(app)` adds them to the `elastisched` Typer app.
 
-Client commands talk to the REST API (`--server` / ELASTISCHED_SERVER, token from ELASTISCHED_TOKEN or
-`<workdir>/token`). Human tables by default, `--json` for scripts; any API error exits non-zero with the
-server's message. Heavy imports (FastAPI, uvicorn, SQLAlchemy) happen only inside `serve`.
+Client commands talk to the REST API (`--server` / ELASTISCHED_SERVER, token from --token, ELASTISCHED_TOKEN or
+`.elastisched/token`; service/client.py). Human tables by default, `--json` for scripts; any API error exits
+non-zero with the server's message (a 401 also says where the token was looked for). Heavy imports (FastAPI,
+uvicorn, SQLAlchemy) happen only inside `serve`, which prints where to point a browser and where the token is.
 """
 
 from __future__ import annotations
@@ -17,42 +18,14 @@ from typing import Any
 
 import typer
 
-DEFAULT_SERVER = "http://127.0.0.1:8470"
+from elastisched.service.client import DEFAULT_SERVER, fail, no_logs_message
+from elastisched.service.client import call as _call
+from elastisched.service.client import client as _client
+from elastisched.service.reasons import describe_reason
+
 JsonOpt = typer.Option(False, "--json", help="machine-readable output")
 ServerOpt = typer.Option(None, "--server", envvar="ELASTISCHED_SERVER", help=f"API URL (default {DEFAULT_SERVER})")
 TokenOpt = typer.Option(None, "--token", envvar="ELASTISCHED_TOKEN", help="bearer token (default: .elastisched/token)")
-
-
-def _client(server: str | None, token: str | None) -> Any:
-    import httpx
-
-    if not token:
-        path = Path(".elastisched") / "token"
-        token = path.read_text().strip() if path.exists() else ""
-    return httpx.Client(base_url=server or DEFAULT_SERVER, timeout=60,
-                        headers={"Authorization": f"Bearer {token}"} if token else {})
-
-
-def _call(server: str | None, token: str | None, method: str, path: str, **kw: Any) -> Any:
-    import httpx
-
-    try:
-        with _client(server, token) as c:
-            r = c.request(method, path, **kw)
-    except httpx.HTTPError as e:
-        typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e}", err=True)
-        raise typer.Exit(3) from None
-    if r.status_code >= 400:
-        try:
-            detail = r.json().get("detail", r.text)
-        except ValueError:
-            detail = r.text
-        if isinstance(detail, list):  # pydantic 422: name the field(s)
-            detail = "; ".join(f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in detail)
-        typer.echo(f"error ({r.status_code}): {detail}", err=True)
-        raise typer.Exit(1)
-    ctype = r.headers.get("content-type", "")
-    return r.json() if ctype.startswith("application/json") else r.text
 
 
 def _range(text: str | None, what: str) -> tuple[int, int] | None:
@@ -96,6 +69,10 @@ def register(app: typer.Typer) -> None:
     """Add the service commands to `app`."""
     loans_app = typer.Typer(help="Servers on loan from the inference cluster (Lyra): list, offer, reclaim.")
     app.add_typer(loans_app, name="loans")
+    token_app = typer.Typer(help="Per-user API tokens (stored hashed in the service's database).",
+                            no_args_is_help=True)
+    app.add_typer(token_app, name="token")
+    _token_commands(token_app)
 
     @app.command()
     def serve(
@@ -105,19 +82,29 @@ def register(app: typer.Typer) -> None:
         host: str = typer.Option("127.0.0.1", "--host"),
         port: int = typer.Option(8470, "--port"),
         workdir: Path = typer.Option(Path(".elastisched"), "--workdir", help="logs, checkpoints, token"),
-        scripts_dir: Path = typer.Option(Path.cwd(), "--scripts-dir", help="job scripts must live under it"),
+        scripts_dir: Path = typer.Option(None, "--scripts-dir", help="job scripts must live under it (default: an "
+                                         "empty <workdir>/scripts)"),
         tick: float = typer.Option(0.5, "--tick", min=0.05, help="engine loop period (s)"),
         grace: float = typer.Option(15.0, "--grace", min=0.0, help="checkpoint deadline before SIGKILL (s)"),
         max_retries: int = typer.Option(2, "--max-retries", min=0, help="relaunches of a failed job"),
+        max_follows: int = typer.Option(32, "--max-follows", min=1, help="concurrent `logs --follow` streams"),
         profiles: Path = typer.Option(None, "--profiles", help="measured profiles (elastisched profile), one dir "
                                       "per application, used as performance models next to the bundled ones"),
     ) -> None:
         """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
+        from elastisched.core.errors import ConfigError, ElastischedError
         from elastisched.service.server import serve as run
 
-        typer.echo(f"elastisched serving on http://{host}:{port} (policy {policy}, cluster {cluster})", err=True)
-        run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, scripts_dir=scripts_dir,
-            tick_s=tick, grace_s=grace, max_retries=max_retries, profiles=None if profiles is None else str(profiles))
+        try:
+            if scripts_dir is not None and not scripts_dir.is_dir():  # before the banner: one line, no URL
+                raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
+            tok = _serve_banner(host, port, workdir, policy, cluster)
+            run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, token=tok,
+                scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
+                profiles=None if profiles is None else str(profiles))
+        except ElastischedError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
 
     @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def submit(
@@ -164,7 +151,8 @@ def register(app: typer.Typer) -> None:
             return _dump(d)
         for k in ("id", "name", "state", "reason", "gpus", "placement", "batch_size", "generation", "restarts",
                   "retries", "script", "args", "message"):
-            typer.echo(f"{k + ':':12} {d[k]}")
+            waits = k == "reason" and d["state"] in ("PENDING", "SUSPENDED")
+            typer.echo(f"{k + ':':12} {describe_reason(d[k]) if waits else d[k]}")
         typer.echo("\ngenerations:")
         _table(["GEN", "CAUSE", "PLACEMENT", "OUTCOME", "EXIT", "STARTED"],
                [[g["generation"], g["cause"], g["placement"], g["outcome"] or g["state"], g["exit_codes"],
@@ -177,16 +165,27 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def logs(job: str, follow: bool = typer.Option(False, "--follow", "-f"), server: str = ServerOpt,
              token: str = TokenOpt) -> None:
-        """Print a job's logs (all generations and ranks); -f follows until the job ends."""
+        """Print a job's logs (all generations and ranks); -f follows until the job ends. A job with no output
+        yet says why (pending and its reason, starting, ended without output)."""
         if not follow:
-            typer.echo(_call(server, token, "GET", f"/v1/jobs/{job}/logs"), nl=False)
+            text = _call(server, token, "GET", f"/v1/jobs/{job}/logs")
+            if text:
+                typer.echo(text, nl=False)
+            else:
+                typer.echo(no_logs_message(_call(server, token, "GET", f"/v1/jobs/{job}")), err=True)
             return
-        with _client(server, token) as c, c.stream("GET", f"/v1/jobs/{job}/logs", params={"follow": True},
-                                                   timeout=None) as r:
+        d = _call(server, token, "GET", f"/v1/jobs/{job}")
+        if d["state"] in ("PENDING", "SUSPENDED"):
+            typer.echo(no_logs_message(d) + "\nFollowing: its output appears here once it starts.", err=True)
+        c, source = _client(server, token)
+        with c, c.stream("GET", f"/v1/jobs/{d['id']}/logs", params={"follow": True}, timeout=None) as r:
             if r.status_code >= 400:
                 r.read()
-                typer.echo(f"error ({r.status_code}): {r.text}", err=True)
-                raise typer.Exit(1)
+                try:
+                    detail = r.json().get("detail", r.text)
+                except ValueError:
+                    detail = r.text
+                fail(r.status_code, detail, source)
             for chunk in r.iter_bytes():
                 sys.stdout.buffer.write(chunk)
                 sys.stdout.flush()
@@ -255,6 +254,98 @@ def register(app: typer.Typer) -> None:
         """Ask COUNT loaned servers back; the policy chooses which, the service vacates them."""
         out = _call(server, token, "POST", "/v1/reclaims", json={"count": count, "deadline_s": deadline})
         _dump(out) if as_json else typer.echo(f"reclaim {out['id']} of {count} server(s) requested")
+
+
+def _serve_banner(host: str, port: int, workdir: Path, policy: str, cluster: str) -> str:
+    """Print where the service listens, the dashboard URL with its token fragment and where the token lives;
+    return the admin token (resolved here, as `server.build` would, so the URL carries the one it uses)."""
+    import socket
+
+    from elastisched.service.auth import secure_workdir
+    from elastisched.service.server import TOKEN_ENV, resolve_token
+
+    work = secure_workdir(workdir.resolve())
+    from_env = bool(os.environ.get(TOKEN_ENV))
+    tok = resolve_token(None, work)
+    shown = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
+    base = f"http://{f'[{shown}]' if ':' in shown else shown}:{port}"
+    out = [f"elastisched serving on {base} (policy {policy}, cluster {cluster})",
+           f"dashboard: {base}/#token={tok}"]
+    if from_env:
+        out.append(f"admin token: from ${TOKEN_ENV} (not written to a file); clients use the same variable")
+    else:
+        here = f"clients run in {work.parent} read it; elsewhere " if work.name == ".elastisched" else ""
+        out.append(f"admin token: {work / 'token'} ({here}export {TOKEN_ENV}=$(cat {work / 'token'}))")
+    out.append(f"per-user tokens: elastisched token create --user NAME --workdir {work}")
+    typer.echo("\n".join(out), err=True)
+    return tok
+
+
+WorkdirOpt = typer.Option(Path(".elastisched"), "--workdir", help="the service's workdir (its default database)")
+DbOpt = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///<workdir>/elastisched.db)")
+
+
+def _token_store(workdir: Path, db: str | None) -> Any:
+    from elastisched.service import auth
+    from elastisched.service.server import default_db
+    from elastisched.service.store import Store
+
+    url = db or default_db(workdir)
+    file = auth.sqlite_path(url)
+    if file is not None:
+        auth.secure_workdir(file.parent) if db is None else os.umask(0o077)
+        auth.precreate_private(file)
+    return Store(url)
+
+
+def _token_commands(token_app: typer.Typer) -> None:
+    @token_app.command("create")
+    def create(user: str = typer.Option(..., "--user", help="who the token acts as; owns the jobs it submits"),
+               admin: bool = typer.Option(False, "--admin", help="sees and acts on all jobs; loans and reclaims"),
+               workdir: Path = WorkdirOpt, db: str = DbOpt, as_json: bool = JsonOpt) -> None:
+        """Create a token for USER and print it (shown once: only its salted hash is stored)."""
+        from elastisched.service import auth
+
+        store = _token_store(workdir, db)
+        try:
+            tid, tok = auth.create_token(store, user, admin=admin)
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        finally:
+            store.close()
+        _dump({"id": tid, "user": user, "admin": admin, "token": tok}) if as_json else typer.echo(tok)
+
+    @token_app.command("list")
+    def list_(workdir: Path = WorkdirOpt, db: str = DbOpt, as_json: bool = JsonOpt) -> None:
+        """Token ids, users and roles (never the tokens)."""
+        from elastisched.service import auth
+
+        store = _token_store(workdir, db)
+        try:
+            rows = auth.list_tokens(store)
+        finally:
+            store.close()
+        if as_json:
+            return _dump(rows)
+        _table(["ID", "USER", "ROLE", "AGE", "REVOKED"], [[r["id"], r["user"], "admin" if r["admin"] else "user",
+                                                           _age(r["created_at"]), _age(r["revoked_at"])] for r in rows])
+        return None
+
+    @token_app.command("revoke")
+    def revoke(token_id: str, workdir: Path = WorkdirOpt, db: str = DbOpt) -> None:
+        """Revoke a token by its id (a running service stops accepting it within seconds)."""
+        from elastisched.service import auth
+
+        store = _token_store(workdir, db)
+        try:
+            ok = auth.revoke_token(store, token_id)
+        finally:
+            store.close()
+        if not ok:
+            typer.echo(f"error: token_id: no live token {token_id!r}", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"{token_id} revoked")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m elastisched.service.commands ...`

@@ -1,61 +1,125 @@
-"""Assemble store + local backend + engine loop + API and run them under uvicorn (`elastisched serve`)."""
+"""Assemble store + local backend + engine loop + API and run them under uvicorn (`elastisched serve`).
+
+Shutdown (SIGTERM/SIGINT) always ends within `--grace` seconds (at least 1): open log follows end at their
+next poll, uvicorn stops waiting for connections after half of it, and a watchdog exits the process when the
+rest has not finished in time. Exiting then loses nothing: the store is written before the service acts, and
+workers outlive the service by design (a restart adopts them).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 
 from elastisched.backends.local import LocalBackend
 from elastisched.core.cluster import parse_cluster
+from elastisched.core.errors import ConfigError
 from elastisched.service.app import create_app
+from elastisched.service.auth import precreate_private, secure_workdir, sqlite_path, write_private
 from elastisched.service.daemon import Service
+from elastisched.service.logstream import Follows
 from elastisched.service.store import Store
 
 TOKEN_ENV = "ELASTISCHED_TOKEN"
+log = logging.getLogger("elastisched.service")
 
 
 def default_db(workdir: str | os.PathLike[str]) -> str:
     return f"sqlite:///{Path(workdir).resolve() / 'elastisched.db'}"
 
 
+def default_scripts_dir(workdir: str | os.PathLike[str]) -> Path:
+    """`<workdir>/scripts`, created empty: without `--scripts-dir` the service runs only what is put there."""
+    return Path(workdir).resolve() / "scripts"
+
+
 def resolve_token(token: str | None, workdir: Path) -> str:
-    """The token from the flag or ELASTISCHED_TOKEN; else a fresh one written to <workdir>/token (0600)."""
+    """The admin token from the flag or ELASTISCHED_TOKEN; else the one in <workdir>/token, else a fresh one
+    written there (0600 from its creation). The variable is removed from this process's environment, so no
+    worker the service spawns inherits it."""
     token = token or os.environ.get(TOKEN_ENV)
+    os.environ.pop(TOKEN_ENV, None)
     if token:
         return token
     path = workdir / "token"
     if path.exists():
         return path.read_text().strip()
     token = secrets.token_urlsafe(24)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
+    write_private(path, token + "\n")
     return token
 
 
 def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLike[str],
-          scripts_dir: str | os.PathLike[str], token: str | None = None, tick_s: float = 0.5,
+          scripts_dir: str | os.PathLike[str] | None = None, token: str | None = None, tick_s: float = 0.5,
           grace_s: float = 15.0, max_retries: int = 2, seed: int = 0, profiles: str | None = None,
-          python: str = sys.executable) -> tuple[FastAPI, Service, str]:
-    work = Path(workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    store = Store(db or default_db(work))
+          python: str = sys.executable, max_follows: int = 32,
+          follow_idle_s: float = 300.0) -> tuple[FastAPI, Service, str]:
+    work = secure_workdir(Path(workdir).resolve())
+    url = db or default_db(work)
+    file = sqlite_path(url)
+    if file is not None:
+        precreate_private(file)
+    if scripts_dir is None:
+        scripts_dir = default_scripts_dir(work)
+        scripts_dir.mkdir(exist_ok=True, mode=0o700)
+    elif not Path(scripts_dir).is_dir():
+        raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
+    tok = resolve_token(token, work)
+    store = Store(url)
     nodes = parse_cluster(cluster, default_gpu_type="cpu")
     backend = LocalBackend(store, work, python=python, grace_s=grace_s, max_retries=max_retries, nodes=nodes)
     service = Service(store, nodes, backend, policy, tick_s=tick_s, seed=seed,
                       profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
-    tok = resolve_token(token, work)
-    return create_app(service, tok, scripts_dir), service, tok
+    follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
+    return create_app(service, tok, scripts_dir, follows=follows), service, tok
 
 
-def serve(*, host: str = "127.0.0.1", port: int = 8470, **kwargs: object) -> None:
+def serve(*, host: str = "127.0.0.1", port: int = 8470, **kwargs: Any) -> None:
     import uvicorn
 
-    app, _service, _tok = build(**kwargs)  # type: ignore[arg-type]
+    grace = max(1.0, float(kwargs.get("grace_s", 15.0)))
+    app, _service, _tok = build(**kwargs)
     # The engine thread is CPU-bound during a round; a request thread waiting for the GIL would wait the default
     # 5 ms switch interval at each of its hand-offs (event loop <-> thread pool). 1 ms bounds that wait.
     sys.setswitchinterval(0.001)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=max(0.5, grace / 2))
+    _server(config, app, grace).run()
+
+
+def _server(config: Any, app: FastAPI, grace: float) -> Any:
+    """uvicorn's server whose exit signal also ends the log follows and arms the `--grace` watchdog."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.follows.closing = True
+            _arm_watchdog(grace)
+            super().handle_exit(sig, frame)
+
+    return Server(config)
+
+
+_armed = threading.Event()
+
+
+def _arm_watchdog(grace: float) -> None:
+    if _armed.is_set():
+        return
+    _armed.set()
+
+    def expire() -> None:
+        time.sleep(grace)
+        sys.stderr.write(f"elastisched: shutdown took longer than --grace ({grace:g} s); exiting now\n")
+        sys.stderr.flush()
+        os._exit(1)
+
+    threading.Thread(target=expire, name="elastisched-shutdown-watchdog", daemon=True).start()

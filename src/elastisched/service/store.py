@@ -67,6 +67,7 @@ jobs = Table(
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("held", Boolean, nullable=False, default=False),  # suspended by a user until resumed
     Column("message", String(2000)),
+    Column("owner", String(64), index=True),  # the submitting user (service/auth.py); NULL = admin only
 )
 
 generations = Table(
@@ -160,7 +161,7 @@ class Store:
     # Columns added after the first release: (table, column, DDL type and default). create_all never alters
     # an existing table, so a database made by an older version gets them here.
     # FALSE, not 0: PostgreSQL refuses an integer default for a boolean (SQLite >= 3.23 reads FALSE too).
-    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT FALSE"),)
+    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT FALSE"), ("jobs", "owner", "VARCHAR(64)"))
 
     def _add_missing_columns(self) -> None:
         for table, column, ddl in self._ADDED_COLUMNS:
@@ -198,7 +199,7 @@ class Store:
 
     # ------------------------------------------------------------------ jobs
     def create_job(self, *, name: str | None, script: str, args: Sequence[str], spec: Mapping[str, Any],
-                   now: float | None = None) -> dict[str, Any]:
+                   now: float | None = None, owner: str | None = None) -> dict[str, Any]:
         now = time.time() if now is None else now
         with self.tx() as c:
             jid = secrets.token_hex(4)
@@ -207,26 +208,30 @@ class Store:
             row: dict[str, Any] = {
                 "id": jid, "name": name or jid, "script": script, "args": list(args), "spec": dict(spec),
                 "state": "PENDING", "submit_time": now, "placement": [], "generation": 0, "restarts": 0,
-                "retries": 0, "cancel_requested": False, "held": False}
+                "retries": 0, "cancel_requested": False, "held": False, "owner": owner}
             seq = c.execute(insert(jobs).values(**row)).inserted_primary_key[0]
             self._event(c, now, jid, "submitted", {"spec": row["spec"], "script": script, "args": row["args"]})
         # the row as written (no read-back): columns not set are NULL
         return {col.name: None for col in jobs.columns} | row | {"seq": seq}
 
-    def get_job(self, id_or_prefix: str) -> dict[str, Any] | None:
-        """Exact id, else a unique prefix (short ids as in Docker/kubectl)."""
+    def get_job(self, id_or_prefix: str, owner: str | None = None) -> dict[str, Any] | None:
+        """Exact id, else a unique prefix (short ids as in Docker/kubectl); with `owner`, among its jobs only."""
+        mine = (jobs.c.owner == owner) if owner is not None else True
         with self.tx() as c:
-            r = c.execute(select(jobs).where(jobs.c.id == id_or_prefix)).first()
+            r = c.execute(select(jobs).where((jobs.c.id == id_or_prefix) & mine)).first()
             if r is not None:
                 return _row(r)
             pat = id_or_prefix.replace("\\", "").replace("%", "").replace("_", "\\_") + "%"
-            rows = c.execute(select(jobs).where(jobs.c.id.like(pat, escape="\\")).limit(2)).all()
+            rows = c.execute(select(jobs).where(jobs.c.id.like(pat, escape="\\") & mine).limit(2)).all()
         if len(rows) > 1:
             raise AmbiguousId(f"job id prefix {id_or_prefix!r} matches more than one job")
         return _row(rows[0]) if rows else None
 
-    def list_jobs(self, states: Sequence[str] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    def list_jobs(self, states: Sequence[str] | None = None, limit: int | None = None,
+                  owner: str | None = None) -> list[dict[str, Any]]:
         q = select(jobs).order_by(jobs.c.seq)
+        if owner is not None:
+            q = q.where(jobs.c.owner == owner)
         if states:
             q = q.where(jobs.c.state.in_(list(states)))
         if limit:

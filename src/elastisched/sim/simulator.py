@@ -33,6 +33,7 @@ from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
 from elastisched.engine.loop import Engine
+from elastisched.models.iidp_pollux import iidp_iteration_time
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.jobstate import INF, SimJob
@@ -70,6 +71,9 @@ class SimConfig:
     restart_cost: float | None = None  # None = each application's own (30 s default)
     # an in-place resize (a running job keeps some of its GPUs) costs this instead; None = the restart cost
     resize_cost: float | None = None
+    # a change of batch / local batch / accumulation on the very same GPUs costs this (JABAS, AdaptDL: in
+    # place); None = as any other change (restart or resize cost)
+    reconfigure_cost: float | None = None
     check_invariants: bool = True
     max_time: float = INF
     loans: LoanTimeline | None = None
@@ -268,16 +272,15 @@ class Simulator:
         job.cfg = job.app.batch_config(gpus, batch)
         job.allocation = alloc
         restart = self.cfg.restart_cost if self.cfg.restart_cost is not None else job.app.restart_cost
-        if self.policy.batch_in_place and old.placement and sorted(old.placement) == sorted(alloc.placement):
-            # only the batch changed, inside the running job (AdaptDL): no restart, not a launch
-            self._account(alloc, +1)
-            job.observed[gpus] = job.samples_per_s = job.app.throughput(job.gpu_type, job.shape, job.cfg)
-            self.running[jid] = job
-            t_end = job.finish_time()
-            if t_end < INF:
-                self._push(t_end, COMPLETION, (job, job.version))
-            return
-        if self.cfg.resize_cost is not None and _keeps_gpus(old, alloc):
+        # --- JABAS (issue 10): a new batch / IIDP configuration on the very same GPUs is applied in place;
+        # a policy whose jobs change their batch between steps (Pollux / AdaptDL) gets that by default, free
+        reconfigure = self.cfg.reconfigure_cost
+        if reconfigure is None and self.policy.batch_in_place:
+            reconfigure = 0.0
+        if reconfigure is not None and old.placement and sorted(old.placement) == sorted(alloc.placement):
+            job.restart_until = max(job.restart_until, self.now + reconfigure)
+            job.launches -= 1  # not a restart (undone by the += 1 below)
+        elif self.cfg.resize_cost is not None and _keeps_gpus(old, alloc):
             # in-memory resize: survivors keep running state; a launch still in progress is not cut short
             job.restart_until = max(job.restart_until, self.now + self.cfg.resize_cost)
         else:
@@ -289,6 +292,13 @@ class Simulator:
         else:
             job.last_resize = self.now
         job.observed[gpus] = job.samples_per_s = job.app.throughput(job.gpu_type, job.shape, job.cfg)
+        if alloc.local_batch and alloc.accumulation is not None and alloc.batch_size:
+            # --- JABAS (issue 10): IIDP allocation (same local batch on every GPU, per-node accumulation):
+            # its rate comes from the one rule in models/iidp_pollux, not the slowest-type rule above
+            t_iter = iidp_iteration_time(job.app, {n: self.nodes[pos[n]].gpu_type for n in alloc.nodes},
+                                         alloc.placement, alloc.local_batch, alloc.accumulation)
+            job.rates = job.app.efficiency.gains(alloc.batch_size) / t_iter
+            job.observed[gpus] = job.samples_per_s = alloc.batch_size / t_iter
         self.running[jid] = job
         t_end = job.finish_time()
         if t_end < INF:

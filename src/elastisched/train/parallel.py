@@ -16,6 +16,7 @@ Pollux noise statistics. No other collective runs during training.
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from typing import Any, Literal
 
 import torch
@@ -25,6 +26,19 @@ from torch import nn
 from elastisched.train.adaptive import ScalingRule, StepTiming, halves_stats, scaling_rule
 from elastisched.train.data import MicroInfo
 from elastisched.train.runtime import ElasticContext, current_context
+
+
+def _move(module: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> nn.Module:
+    """`module.to(device)`, keeping `optimizer` pointed at the module's parameters: a conversion that
+    cannot happen in place (e.g. to another device kind) makes new Parameter objects."""
+    before = list(module.parameters())
+    module.to(device)
+    moved = {id(a): b for a, b in zip(before, module.parameters(), strict=True) if a is not b}
+    if moved:
+        for group in optimizer.param_groups:
+            group["params"] = [moved.get(id(p), p) for p in group["params"]]
+        optimizer.state = defaultdict(dict, {moved.get(id(p), p): v for p, v in optimizer.state.items()})
+    return module
 
 
 class ElasticDataParallel(nn.Module):
@@ -40,8 +54,8 @@ class ElasticDataParallel(nn.Module):
                  loss_reduction: Literal["mean", "sum"] = "mean", *, ctx: ElasticContext | None = None,
                  ema: float = 0.8) -> None:
         super().__init__()
-        self.module = module
         self.ctx = ctx or current_context()
+        self.module = _move(module, optimizer, self.ctx.device)  # before the checkpoint is restored onto it
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.rule = _resolve_rule(scaling_rule)

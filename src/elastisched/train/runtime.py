@@ -59,15 +59,19 @@ def init(backend: str | None = None, *, stats_interval: int = 100, checkpoint_in
          env: LaunchEnv | None = None, timeout_s: float = 120.0, fast_exit: bool = True) -> ElasticContext:
     """Form the process group from the launch contract and install the SIGTERM handler.
 
-    `backend` defaults to nccl when CUDA is available, else gloo. Standalone (no launcher) is a
-    world of one without a process group.
+    `backend` defaults to `default_backend(env)`: nccl when this worker has a GPU of its own, else gloo.
+    Standalone (no launcher) is a world of one without a process group; `ctx.device` is then this
+    worker's GPU when it has one. Move the model (ElasticDataParallel does) and every batch to `ctx.device`.
     """
     global _CURRENT
     le = env or LaunchEnv.from_env()
     if le.distributed and not dist.is_initialized():
-        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        if backend == "nccl" and le.local_rank is not None:
-            torch.cuda.set_device(le.local_rank)
+        backend = backend or default_backend(le)
+        if backend == "nccl":
+            if not own_gpu(le):
+                raise RuntimeError(f"backend 'nccl' needs a GPU for local rank {le.local_rank or 0}, but "
+                                   f"{torch.cuda.device_count()} CUDA device(s) are visible; use backend='gloo'")
+            torch.cuda.set_device(le.local_rank or 0)
         dist.init_process_group(
             backend,
             init_method=f"tcp://{le.master_addr}:{le.master_port}",
@@ -78,6 +82,17 @@ def init(backend: str | None = None, *, stats_interval: int = 100, checkpoint_in
     _CURRENT = ElasticContext(le, stats_interval=stats_interval, checkpoint_interval=checkpoint_interval,
                               fast_exit=fast_exit)
     return _CURRENT
+
+
+def own_gpu(env: LaunchEnv) -> bool:
+    """Whether this worker has a CUDA device of its own (its local rank indexes a visible device)."""
+    return torch.cuda.is_available() and (env.local_rank or 0) < torch.cuda.device_count()
+
+
+def default_backend(env: LaunchEnv) -> str:
+    """nccl when every local worker can have its own GPU (nccl needs one device per rank), else gloo: a
+    machine with CUDA but fewer GPUs than workers (or a CPU-only launch on a GPU host) still trains."""
+    return "nccl" if own_gpu(env) else "gloo"
 
 
 class ElasticContext:
@@ -92,8 +107,9 @@ class ElasticContext:
         self.stats_interval = stats_interval
         self.checkpoint_interval = checkpoint_interval
         self.checkpoint_dir = Path(env.checkpoint_dir) if env.checkpoint_dir else None
-        self.device = torch.device("cuda", env.local_rank or 0) if (
-            dist.is_initialized() and dist.get_backend() == "nccl") else torch.device("cpu")
+        # a world of one (no process group) uses its GPU when it has one
+        nccl = dist.get_backend() == "nccl" if dist.is_initialized() else own_gpu(env)
+        self.device = torch.device("cuda", env.local_rank or 0) if nccl else torch.device("cpu")
         self.stop_requested = False
         self.stop_agreed = False
         self.step = 0  # optimizer steps done by the job (all generations)
@@ -218,7 +234,10 @@ class ElasticContext:
         if self.profile_steps and self.step >= self.profile_steps:
             self._finish_profile()
         if self.stop_agreed:
-            self.save_checkpoint()
+            path = self.save_checkpoint()
+            if path is not None:  # rank 0 says what happened, so a stopped job's log is not silent
+                print(f"elastisched: stop requested (SIGTERM); checkpoint at step {self.step}, epoch "
+                      f"{self.epoch} written to {path}; exiting to be relaunched", file=sys.stderr, flush=True)
             self.barrier()
             self.exit()
         if self.checkpoint_interval and self.step % self.checkpoint_interval == 0:
