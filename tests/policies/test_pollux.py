@@ -133,11 +133,14 @@ def test_batch_size_per_allocation_and_learning(models: object) -> None:
     _, atomic, accum = fn.optimize(k, 2, app.max_batch_size, (app.min_local_bsz, app.max_local_bsz))
     assert got.batch_size == min(int(atomic[0]), app.max_batch_size // (2 * (int(accum[0]) + 1))) * 2 * (
         int(accum[0]) + 1)
-    # unchanged rows keep the very same allocation object (no restart)
+    # an unchanged placement re-optimises the batch in place; the same batch keeps the very same object
     jobs = {"a": _view(a, got, 240.0, app, got.batch_size or 0, resized=180.0)}
     pol.generations = 1
-    d3 = pol.schedule(ClusterSnapshot(240.0, nodes, jobs), ctx)
-    assert d3.allocations.get("a") is got or d3.allocations["a"].placement != got.placement
+    out = pol.schedule(ClusterSnapshot(240.0, nodes, jobs), ctx).allocations["a"]
+    assert out.placement == got.placement  # one generation from the current state: nothing better found
+    expected = PolluxPolicy.batch_size(app, pol.goodput_fn(jobs["a"], app), len(got.placement), 2)
+    assert out.batch_size == expected
+    assert (out is got) == (expected == got.batch_size)
 
 
 def test_pending_jobs_get_not_selected(models: object) -> None:
