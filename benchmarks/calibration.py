@@ -58,6 +58,8 @@ STEPS_PER_EPOCH = N_SAMPLES // BATCH
 #: MLP large enough that two workers beat one on CPU (gloo all-reduce of 0.26 M parameters per step)
 MODEL_ARGS = ["--hidden", "1024", "--dim", "256", "--n", str(N_SAMPLES), "--lr", "0.001"]  # 0.05 diverges
 PROFILE_STEPS = 12
+#: extra `python -m elastisched.service` options: `--backend ray` sets `--backend ray --ray-address ADDR` here
+SERVICE_EXTRA: list[str] = []
 PROFILE_ROUNDS = 3
 PROFILE_N = PROFILE_STEPS * BATCH  # a profiling epoch must hold --steps steps of the global batch
 CLUSTER = "1x2:cpu"
@@ -146,7 +148,7 @@ class Service:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "elastisched.service", "--db", self.db, "--port", str(port), "--cluster", CLUSTER,
              "--policy", policy, "--workdir", str(work / "work"), "--scripts-dir", str(SCRIPT.parent),
-             "--tick", "0.2", "--grace", "20", "--profiles", str(profiles)],
+             "--tick", "0.2", "--grace", "20", "--profiles", str(profiles), *SERVICE_EXTRA],
             env={**os.environ, "ELASTISCHED_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"},
             stdout=self.log, stderr=subprocess.STDOUT)
         self.work = work
@@ -344,7 +346,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default="results/bench")
     ap.add_argument("--quick", action="store_true", help="2 short jobs (smoke test)")
     ap.add_argument("--repeat", type=int, default=2, help="live + simulated runs on the same profile")
+    ap.add_argument("--backend", choices=["local", "ray"], default="local", help="ray: the live runs (restart probe "
+                    "included) on a local Ray cluster of one node with gpu_cpu: 2 (docs/ray.md)")
     a = ap.parse_args(argv)
+    if a.backend == "ray":
+        return _on_ray(main, [x for x in (argv if argv is not None else sys.argv[1:]) if x not in ("--backend", "ray")])
     workload = QUICK if a.quick else WORKLOAD
     tmp = Path(tempfile.mkdtemp(prefix="elastisched-calib-"))
     profiles = tmp / "profiles"
@@ -389,13 +395,36 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                       and result["error"]["mean_abs"] <= 0.25)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / ("calibration-quick.json" if a.quick else "calibration.json")).write_text(json.dumps(result, indent=2))
+    result["backend"] = "ray" if OUT_SUFFIX else "local"
+    name = f"calibration{OUT_SUFFIX}{'-quick' if a.quick else ''}.json"
+    (out / name).write_text(json.dumps(result, indent=2))
     print(json.dumps({"error": result["error"], "restart_cost_s": result["restart"]["restart_cost_s"],
                       "predicted_step_s": result["predicted_step_s"],
                       "runs": [[(j["name"], round(j["jct_s"], 1), round(j["sim_jct_s"], 1), j["restarts"],
                                  j["sim_restarts"], j["live_step_s"]) for j in r["jobs"]] for r in runs]}, indent=1))
     return result
 
+
+def _on_ray(run: Any, argv: list[str]) -> dict[str, Any]:
+    """Run the benchmark with the live service on a real Ray cluster (head + one node offering the same two
+    worker slots as the local `1x2:cpu`); results go to `calibration-ray.json` (`-quick`)."""
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                      "object_store_memory": 80 * 2**20})
+    c.add_node(num_cpus=1, resources={"gpu_cpu": 2}, labels={"pool": "train"}, object_store_memory=80 * 2**20)
+    c.wait_for_nodes()
+    SERVICE_EXTRA[:] = ["--backend", "ray", "--ray-address", c.address]
+    global OUT_SUFFIX
+    OUT_SUFFIX = "-ray"
+    try:
+        result: dict[str, Any] = run(argv)
+    finally:
+        c.shutdown()
+    return result
+
+
+OUT_SUFFIX = ""
 
 if __name__ == "__main__":
     main()

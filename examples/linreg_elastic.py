@@ -44,12 +44,14 @@ def main() -> None:
     ap.add_argument("--autoscale", choices=["none", "similarity", "gns"], default="none")
     ap.add_argument("--max-batch", type=int, default=1024)
     ap.add_argument("--stats-interval", type=int, default=100)
+    ap.add_argument("--checkpoint-interval", type=int, default=0, help="also checkpoint every N steps (0: only "
+                    "on SIGTERM); bounds the work a lost node costs")
     ap.add_argument("--log", default=None, help="rank 0 appends one JSON line per step")
     a = ap.parse_args()
 
     torch.manual_seed(0)
     x, y, opt = make_data(a.n, a.dim, a.noise)  # before init(): a warm-started resize overlaps it
-    ctx = et.init(stats_interval=a.stats_interval)  # elastic
+    ctx = et.init(stats_interval=a.stats_interval, checkpoint_interval=a.checkpoint_interval or None)  # elastic
     if a.hidden:
         net: nn.Module = nn.Sequential(nn.Linear(a.dim, a.hidden), nn.Tanh(), nn.Linear(a.hidden, 1))
     else:

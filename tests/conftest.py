@@ -1,10 +1,35 @@
-"""Shared fixtures: the bundled performance models are loaded once per test session."""
+"""Shared fixtures (the bundled performance models, loaded once per session) and the peer-data rule: under
+`CI=true`, a test skipped because `../shared/peer-data` (or data in it) is missing FAILS instead."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from elastisched.models import PerfModels
+from peer_data import MISSING, in_ci
+
+pytest_plugins = ("pytester",)  # tests/test_peer_data_rule.py runs pytest on planted test files
+
+#: skip reasons that mean "the shared data is not there" (ours, and older wordings still used by some tests)
+DATA_SKIP_WORDS = (MISSING, "peer-data", "../shared", "traces not found", "data not found")
+
+
+def is_data_skip(reason: str) -> bool:
+    return any(w in reason for w in DATA_SKIP_WORDS)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    if rep.skipped and in_ci() and not hasattr(rep, "wasxfail"):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        if is_data_skip(reason):
+            rep.outcome = "failed"
+            rep.longrepr = f"CI=true and the shared data is missing ({reason}); a CI run must have ../shared"
 
 
 @pytest.fixture(scope="session")

@@ -20,11 +20,11 @@ def register(sim_app: typer.Typer, app: typer.Typer) -> None:
 def _register_sweep(sim_app: typer.Typer) -> None:
     @sim_app.command("sweep")
     def sim_sweep(
-        out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (cells.csv, summary.csv, "
-                                          "summary.json, avg_jct.png, report.html).")],
         workload: Annotated[list[str], typer.Option(
             "--workload", "-w", help="A workload (repeat the option for several); NAME1..N expands a numbered "
             "range, e.g. pollux:workload-1..8.")],
+        out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (cells.csv, summary.csv, "
+                                          "summary.json, avg_jct.png, report.html).")] = Path("results/sweep"),
         policies: Annotated[str, typer.Option("--policies", "-p", help="Comma-separated policy names.")]
         = "fifo,srtf,tiresias,optimus",
         seeds: Annotated[str, typer.Option("--seeds", help="Seeds: 0,1,2 or 0..2.")] = "0,1,2",
@@ -41,7 +41,8 @@ def _register_sweep(sim_app: typer.Typer) -> None:
         cell failed). Results equal serial runs: every cell is a deterministic simulation of its seed.
         """
         from elastisched import __version__
-        from elastisched.cli import _errors, console
+        from elastisched.cli_common import console
+        from elastisched.cli_common import errors as _errors
         from elastisched.report.sweep import write_sweep
         from elastisched.sweep import expand, make_cells, parse_seeds, run_sweep
 
@@ -74,7 +75,7 @@ def _register_plan(app: typer.Typer) -> None:
         workload: Annotated[str, typer.Option("--workload", "-w",
                                               help="The workload to plan for (any -w of sim run).")],
         out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (plan.csv, plan.json, plan.png, "
-                                          "report.html).")],
+                                          "report.html).")] = Path("results/plan"),
         cluster_sizes: Annotated[str, typer.Option(help="Cluster sizes in GPUs, comma-separated.")]
         = "32,48,64,96",
         policies: Annotated[str, typer.Option("--policies", "-p", help="Comma-separated policy names.")]
@@ -95,7 +96,8 @@ def _register_plan(app: typer.Typer) -> None:
         import json
 
         from elastisched import __version__
-        from elastisched.cli import _errors, console
+        from elastisched.cli_common import console
+        from elastisched.cli_common import errors as _errors
         from elastisched.core.errors import ConfigError
         from elastisched.plan import analyse, cluster_specs, plan_plot
         from elastisched.report import html
@@ -147,8 +149,8 @@ def _register_plan(app: typer.Typer) -> None:
                               "report.html": html.page(title, sections, config),
                               "plan.json": json.dumps({"config": config, "plan": plan}, indent=2, default=str)})
         for pol, p in plan.items():
-            need = f"{p['needed_gpus']} GPUs" if p["needed_gpus"] else "no size tried"
-            console.print(f"{pol}: {need} meet(s) p95 queue ≤ {target_p95_queue:g} s; knee of the JCT curve at "
+            need = (f"{p['needed_gpus']} GPUs meet" if p["needed_gpus"] else "none of the sizes tried meets")
+            console.print(f"{pol}: {need} p95 queue ≤ {target_p95_queue:g} s; knee of the JCT curve at "
                           f"{p['knee_gpus'] or '–'} GPUs")
         console.print(f"report: {out / 'report.html'}")
 
@@ -159,7 +161,7 @@ def _register_describe(trace_app: typer.Typer) -> None:
         workload: Annotated[str, typer.Argument(help="Any workload -w of sim run accepts (pollux:workload-N, "
                                                 "philly[:...], a Pollux/Sia/DeepBoot CSV, a raw trace, ...).")],
         out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (describe.json, describe.png, "
-                                          "report.html).")],
+                                          "report.html).")] = Path("results/describe"),
         cluster: Annotated[str, typer.Option("--cluster", "-c", help="Cluster the offered load is computed "
                                              "against (NODESxGPUS:TYPE parts or a YAML/JSON file).")] = "16x4:t4",
         profiles: Annotated[str | None, typer.Option(help="Directory of Sia per-GPU-type traces.")] = None,
@@ -168,7 +170,8 @@ def _register_describe(trace_app: typer.Typer) -> None:
         mix and offered load against --cluster: one HTML page with the plots and a JSON summary."""
         import json
 
-        from elastisched.cli import _errors, console
+        from elastisched.cli_common import console
+        from elastisched.cli_common import errors as _errors
         from elastisched.describe import describe, figure, public, summary_rows
         from elastisched.models.registry import PerfModels
         from elastisched.report import html

@@ -11,9 +11,10 @@ from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import NodeView
 from elastisched.models.registry import PerfModels
-from elastisched.policies.base import Policy, make_policy
-from elastisched.sim import LoanTimeline, SimConfig, SimResult, simulate
+from elastisched.policies.base import make_policy
+from elastisched.sim import SimConfig, SimResult, simulate
 from elastisched.workloads import Workload, load_workload
+from elastisched.workloads.schema import RESTART_COST
 
 DEFAULT_CLUSTER = "16x4:t4"
 
@@ -26,22 +27,61 @@ class RunSetup:
     cluster_spec: str
 
 
+MAX_CLUSTER_FILE = 1 << 20  # bytes; a cluster file lists node groups, not nodes
+
+
 def load_cluster(spec: str) -> tuple[NodeView, ...]:
     """A cluster spec string, or a path to a YAML/JSON list of {nodes, gpus_per_node, gpu_type, pool}."""
-    path = Path(spec)
-    if path.suffix in (".yaml", ".yml", ".json") and path.exists():
-        import yaml
+    path = Path(spec) if "\0" not in spec else None
+    if path is None or path.suffix not in (".yaml", ".yml", ".json"):
+        return parse_cluster(spec)
+    import json
 
-        data = yaml.safe_load(path.read_text())
-        items = data.get("nodes", data) if isinstance(data, dict) else data
-        if not isinstance(items, list):
-            raise ConfigError("--cluster", spec, "file must hold a list of {nodes, gpus_per_node, gpu_type}")
-        return parse_cluster(items)
-    return parse_cluster(spec)
+    import yaml
+
+    try:
+        if not path.is_file():
+            raise ConfigError("--cluster", spec, "no such file" if not path.exists() else "not a regular file")
+        if path.stat().st_size > MAX_CLUSTER_FILE:
+            raise ConfigError("--cluster", spec, f"file larger than {MAX_CLUSTER_FILE} bytes")
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as e:
+        raise ConfigError("--cluster", spec, f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("--cluster", spec, f"not UTF-8 text (byte offset {e.start})") from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text, parse_constant=lambda c: _bad_constant(spec, c))
+        else:
+            data = yaml.safe_load(text)
+    except ConfigError:
+        raise
+    except json.JSONDecodeError as e:
+        raise ConfigError("--cluster", spec, f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        why = str(getattr(e, "problem", None) or type(e).__name__)
+        raise ConfigError("--cluster", spec, f"invalid YAML{where}: {why}") from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer literal of thousands of digits
+        raise ConfigError("--cluster", spec, f"unreadable: {str(e)[:120] or type(e).__name__}") from None
+    items = data.get("nodes", data) if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ConfigError("--cluster", spec, "file must hold a list of {nodes, gpus_per_node, gpu_type}")
+    return parse_cluster(items)
+
+
+def _bad_constant(spec: str, c: str) -> None:
+    raise ConfigError("--cluster", spec, f"{c} is not a valid number in a cluster file")
 
 
 def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = None,
           restart_cost: float | None = None) -> RunSetup:
+    if restart_cost is not None:
+        try:
+            RESTART_COST.check(float(restart_cost))
+        except (TypeError, ValueError) as e:
+            raise ConfigError("--restart-cost", restart_cost, str(e)) from None
     models = PerfModels.load(profiles, restart_cost=restart_cost)
     nodes = load_cluster(cluster)
     wl = load_workload(workload, models)
@@ -51,23 +91,24 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
         if missing:
             raise ConfigError("--cluster", cluster, f"application {app!r} has no profile for GPU type(s) "
                               f"{sorted(missing)}; pass --profiles with Sia's per-type traces")
+    # Build every throughput model the runs will ask for now, so that no policy's `wall_seconds` carries this
+    # one-off cost (it went to whichever policy ran first).
+    for app in sorted({j.application for j in wl.jobs}):
+        for t in sorted(types):
+            models.app(app).model(t)
     return RunSetup(models, wl, nodes, cluster)
 
 
 def run_policies(s: RunSetup, policies: Sequence[str], seed: int = 0,
                  progress: Callable[[str], Callable[[float, int, int], None] | None] | None = None,
-                 ) -> dict[str, SimResult]:
+                 options: dict[str, Any] | None = None) -> dict[str, SimResult]:
+    """Each policy on the same set-up; `options` become `PolicyContext.options` (data the caller loaded for a
+    policy, e.g. `{"ones_history": history_table(path)}`: policies do no I/O)."""
     out: dict[str, SimResult] = {}
     for name in policies:
         policy = make_policy(name)
         cb = progress(name) if progress else None
-        out[name] = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed, progress=cb))
+        out[name] = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed, progress=cb,
+                                                                                  options=dict(options or {})))
         out[name].summary["cluster_spec"] = s.cluster_spec
     return out
-
-
-def lyra_runner(workload: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels, plan: Any,
-                seed: int) -> SimResult:
-    """Simulator entry for `reproduce lyra` (loaning/ may not import the simulator, so it is handed this)."""
-    loans = LoanTimeline(plan.steps, plan.gpu_type, plan.gpus_per_server) if plan is not None else None
-    return simulate(workload, policy, nodes, models, SimConfig(seed=seed, loans=loans))

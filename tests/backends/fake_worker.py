@@ -3,6 +3,7 @@
 Runs STEPS steps of SLEEP seconds; rank 0 keeps its step in <checkpoint_dir>/progress.json. SIGTERM sets a
 flag; the worker checkpoints and exits 0 at the next step, as the training library does.
 --fail-once-at K exits 3 at step K the first time (a marker file makes the retry pass).
+--teardown-abort: ranks other than 0 abort (SIGABRT, as gloo's teardown can) after finishing their steps.
 """
 
 from __future__ import annotations
@@ -30,12 +31,24 @@ def _save(prog: Path, step: int) -> None:
     os.replace(tmp, prog)
 
 
+def _under_entry() -> bool:
+    """Whether this script runs under `python -m elastisched.train._entry` (a caller frame of that module)."""
+    f = sys._getframe()
+    while f is not None:
+        spec = f.f_globals.get("__spec__")
+        if spec is not None and spec.name == "elastisched.train._entry":
+            return True
+        f = f.f_back  # type: ignore[assignment]
+    return False
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--sleep", type=float, default=0.1)
     ap.add_argument("--fail-once-at", type=int, default=-1)
     ap.add_argument("--fail-always", action="store_true")
+    ap.add_argument("--teardown-abort", action="store_true")
     ap.add_argument("--hints-every", type=int, default=0, help="rank 0 appends a hints.jsonl line every K steps")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, _on_term)
@@ -46,7 +59,8 @@ def main() -> int:
     prog = ck / "progress.json"
     step = json.loads(prog.read_text())["step"] if prog.exists() else 0
     print(json.dumps({"start": True, "gen": gen, "rank": rank, "world": world, "step": step,
-                      "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "local_rank": os.environ.get("LOCAL_RANK")}),
+                      "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "local_rank": os.environ.get("LOCAL_RANK"),
+                      "entry": _under_entry()}),
           flush=True)
     if a.fail_always:
         return 4
@@ -68,6 +82,9 @@ def main() -> int:
                     f.write(json.dumps({"time": time.time(), "generation": gen, "step": step, "epoch": 0,
                                         "world_size": world, "globalBatchSize": 8, "throughput": 8 / a.sleep}) + "\n")
     print(json.dumps({"done": step, "gen": gen, "world": world}), flush=True)
+    if a.teardown_abort and rank != 0:
+        time.sleep(0.2)  # rank 0 has exited 0 by now
+        os.abort()
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import elastisched.sim.simulator as simulator
+import elastisched.engine.jobstate as jobstate  # the rate rule the simulator (and the service) apply
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec
 from elastisched.experiments.base import registered_experiments
@@ -50,7 +50,7 @@ def test_reproduce_runs_the_registered_policy_through_the_simulator(models: Perf
     and the IIDP allocations run at the rate of the one rule in `models/iidp_pollux`."""
     assert type(make_policy("jabas")) is JabasPolicy
     calls = {"schedule": 0, "rate": 0}
-    real_schedule, real_rate = JabasPolicy.schedule, simulator.iidp_iteration_time
+    real_schedule, real_rate = JabasPolicy.schedule, jobstate.iidp_iteration_time
 
     def schedule(self: JabasPolicy, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         calls["schedule"] += 1
@@ -61,7 +61,7 @@ def test_reproduce_runs_the_registered_policy_through_the_simulator(models: Perf
         return real_rate(*a, **k)  # type: ignore[arg-type]
 
     monkeypatch.setattr(JabasPolicy, "schedule", schedule)
-    monkeypatch.setattr(simulator, "iidp_iteration_time", rate)
+    monkeypatch.setattr(jobstate, "iidp_iteration_time", rate)
     r = run_one(models, "cifar10", "jabas-time", QUICK)
     assert r["policy"] == "JabasPolicy" and calls["schedule"] == r["rounds"] > 0
     assert calls["rate"] >= 1  # every IIDP launch/reconfiguration went through the shared rate rule

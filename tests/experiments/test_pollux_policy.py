@@ -3,10 +3,9 @@ computed from the runs as the issue's bars say (a synthetic run list, so the ari
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+import peer_data
 from elastisched.experiments.base import get_experiment
 from elastisched.experiments.pollux_policy import (
     WORKLOADS,
@@ -20,19 +19,12 @@ from elastisched.experiments.pollux_policy import (
 PEER = default_peer_dir()
 
 
-def _need_peer_data() -> None:
-    if not (PEER / "reference-results").exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"peer data missing at {PEER} (required under CI=true)")
-        pytest.skip(f"peer data not found at {PEER}")
-
-
 def test_registered() -> None:
     assert get_experiment("pollux-policy").Config is PolluxPolicyConfig
 
 
+@peer_data.needs("adaptdl-pollux", "reference-results")
 def test_reference_and_workloads_of_every_load() -> None:
-    _need_peer_data()
     ref = reference(PEER, "1.0")
     assert sum(ref[w] for w in WORKLOADS) / 8 == pytest.approx(2751.1, abs=0.1)  # the figure
     assert sum(reference(PEER, "0.5").values()) / 8 == pytest.approx(1534.0, abs=0.1)

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+import peer_data
 from elastisched.models.online_throughput import OnlineThroughput
 from elastisched.models.progress_predictor import BetaProgressPredictor, features, history_table
-from elastisched.policies.ones import default_history
 
 
 def _synthetic(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -59,9 +59,9 @@ def test_fit_learns_remaining_epochs() -> None:
     assert ((s > 0) & (s < 1)).all() and abs(s.mean() - p.mean(x).mean()) < 0.05
 
 
-@pytest.mark.skipif(default_history() is None, reason="ONES artifact data not found")
+@peer_data.needs("ones", "traces", "job_history.csv")
 def test_bootstrap_on_job_history_beats_a_constant() -> None:
-    x, rho = history_table(default_history())  # type: ignore[arg-type]
+    x, rho = history_table(peer_data.ONES_HISTORY)  # type: ignore[arg-type]
     assert x.shape == (590, 5)
     p = BetaProgressPredictor()
     p.add(x, rho)

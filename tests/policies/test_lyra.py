@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView, Pool
+from elastisched.core.types import (
+    Allocation,
+    ClusterSnapshot,
+    JobPhase,
+    JobSpec,
+    JobView,
+    NodeView,
+    PendingReason,
+    Pool,
+)
 from elastisched.engine import Engine
 from elastisched.engine.invariants import check
 from elastisched.engine.placer import place
@@ -50,10 +59,18 @@ def test_phase1_is_shortest_job_first_with_backfill() -> None:
     s = snap(nodes(1, 0), view(spec("long", 4, 9000.0, t=0.0)), view(spec("short", 4, 100.0, t=5.0)),
              view(spec("tiny", 4, 50.0, t=9.0)))
     d = LyraPolicy().schedule(s, CTX)
-    assert list(d.allocations) == ["tiny"] and d.reasons == {"short": "Resources", "long": "Resources"}
+    assert list(d.allocations) == ["tiny"]
+    assert d.reasons == {"short": PendingReason.RESOURCES, "long": PendingReason.RESOURCES}
+    assert all(isinstance(r, PendingReason) for r in d.reasons.values())
     s2 = snap(nodes(1, 0), view(spec("big", 8, 10.0)), view(spec("small", 2, 900.0)))
     d2 = LyraPolicy().schedule(s2, CTX)
-    assert list(d2.allocations) == ["small"]  # "big" does not fit; "small" backfills behind it
+    assert list(d2.allocations) == ["small"]  # "big" can never fit one 4-GPU server; "small" runs
+    assert d2.reasons == {"big": PendingReason.INFEASIBLE}
+    s3 = snap(nodes(2, 0), view(spec("half", 4, 10.0), (("t0", 4),)), view(spec("wide", 8, 10.0)),
+              view(spec("small", 2, 900.0)))
+    d3 = LyraPolicy().schedule(s3, CTX)
+    assert set(d3.allocations) == {"half", "small"}  # "wide" fits the cluster, not the free GPUs: it waits
+    assert d3.reasons == {"wide": PendingReason.RESOURCES}
 
 
 @pytest.mark.parametrize(("value", "winner"), [("jct", "A"), ("rate", "B")])

@@ -10,16 +10,20 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+import peer_data
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
 from elastisched.engine.invariants import check
 from elastisched.engine.placer import place
+from elastisched.models.progress_predictor import history_table
+from elastisched.policies._ones_ops import defer as _defer
 from elastisched.policies.base import PolicyContext
-from elastisched.policies.ones import OnesPolicy, _defer, default_history, job_batch
+from elastisched.policies.ones import HISTORY_OPTION, OnesPolicy, job_batch
 
 E = -1
-HISTORY = default_history()
-needs_data = pytest.mark.skipif(HISTORY is None, reason="ONES artifact data (peer-data/ones) not found")
+HISTORY_PATH = peer_data.ONES_HISTORY
+HISTORY = history_table(HISTORY_PATH) if HISTORY_PATH is not None else None  # loaded by the caller, as in use
+needs_data = peer_data.needs("ones", "traces", "job_history.csv")
 
 
 def _job(jid: str, req: int, gpus: int, epochs: float, run_time: float = 0.0, ran: bool | None = None,
@@ -161,8 +165,8 @@ def test_conformance_bounds_types_and_state_round_trip(seed: int, models: object
 def _small_workload(models: Any) -> Any:
     from elastisched.workloads.ones import load_ones_csv
 
-    assert HISTORY is not None
-    return load_ones_csv(Path(HISTORY).parent / "trace_1.csv", HISTORY, models, num_jobs=8)
+    assert HISTORY_PATH is not None
+    return load_ones_csv(Path(HISTORY_PATH).parent / "trace_1.csv", HISTORY_PATH, models, num_jobs=8)
 
 
 class _RoundTrip(OnesPolicy):
@@ -276,3 +280,38 @@ def test_deviations_are_deterministic_and_survive_a_state_round_trip(models: Any
     faithful = simulate(wl, OnesPolicy(history=HISTORY, refit=False), nodes, models,
                         SimConfig(seed=3, resize_cost=8.0)).jobs
     assert not faithful.equals(runs[0])  # the options do change the schedule
+
+
+def test_history_is_data_not_a_path_and_can_be_required() -> None:
+    """Policies do no I/O: a path is refused; a required but missing table is a ConfigError naming it."""
+    from elastisched.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="history"):
+        OnesPolicy(history="job_history.csv")  # type: ignore[arg-type]
+    snap = ClusterSnapshot(0.0, (NodeView("n0", "t4", 4),), {"a": _job("a", 2, 0, 0.0)})
+    with pytest.raises(ConfigError, match=HISTORY_OPTION):
+        OnesPolicy(require_history=True).schedule(snap, PolicyContext(seed=0))
+
+
+def test_history_arrives_through_the_context() -> None:
+    """The caller may hand the bootstrap table over in `ctx.options`; it fits the predictor like `history=`."""
+    rng = np.random.default_rng(0)
+    x = np.column_stack([np.full(60, 7.0), np.full(60, 2.0), rng.integers(1, 20, 60), rng.random(60), rng.random(60)])
+    table = (x, np.clip(x[:, 2] / 20.0, 0.05, 0.95))
+    snap = ClusterSnapshot(0.0, (NodeView("n0", "t4", 4),), {"a": _job("a", 2, 0, 0.0)})
+    via_ctx, via_arg, none = OnesPolicy(), OnesPolicy(history=table), OnesPolicy()
+    via_ctx.schedule(snap, PolicyContext(seed=0, options={HISTORY_OPTION: table}))
+    via_arg.schedule(snap, PolicyContext(seed=0))
+    none.schedule(snap, PolicyContext(seed=0))
+    assert via_ctx.pred.params and not none.pred.params
+    assert json.dumps(via_ctx.pred.state_dict(), default=str) == json.dumps(via_arg.pred.state_dict(), default=str)
+
+
+def test_pending_reasons_are_typed() -> None:
+    """Jobs left out of the best schedule wait with `PendingReason.NOT_SELECTED` (one vocabulary)."""
+    from elastisched.core.types import PendingReason
+
+    jobs = {f"j{i}": _job(f"j{i}", 4, 0, 0.0) for i in range(3)}
+    snap = ClusterSnapshot(0.0, (NodeView("n0", "t4", 4),), jobs)
+    dec = OnesPolicy(bootstrap=False, start="request").schedule(snap, PolicyContext(seed=0))
+    assert dec.reasons and all(r is PendingReason.NOT_SELECTED for r in dec.reasons.values())

@@ -88,7 +88,7 @@ class _Quiet:
 
     def apply(self, actions: object) -> None: ...
     def cancel(self, job_id: str) -> None: ...
-    def recover(self) -> list[object]: return []
+    def recover(self, generations: object = ()) -> list[object]: return []
     def close(self) -> None: ...
 
     def poll(self) -> list[object]:
@@ -108,14 +108,14 @@ def test_progress_is_integrated_from_models_and_reset_by_hints(profiles: Path, c
     t_start = time.time() - 10.0  # generation started 10 s ago: 2.5 s restart, then 7.5 s at 1 worker
     be.events.append(JobStarted(t_start, jid, 1))
     svc.step()
-    snap = svc.with_progress(svc.snapshot(svc.nodes()), svc.models())
+    snap = svc.snapshot(svc.nodes())
     t_after = time.time()
     v = snap.jobs[jid]
     assert v.total_work == pytest.approx(100 * cal.STEPS_PER_EPOCH)
     assert 7.5 / STEP1 <= v.progress <= (t_after - t_start - 2.5) / STEP1  # 1 worker, after the restart cost
     be.events.append(JobHints(time.time(), jid, 1, step=40, epoch=1, global_batch=cal.BATCH, world_size=1))
     svc.step()
-    v = svc.with_progress(svc.snapshot(svc.nodes()), svc.models()).jobs[jid]
+    v = svc.snapshot(svc.nodes()).jobs[jid]
     assert v.progress == pytest.approx(40, abs=2)  # the measured steps replace the estimate
 
 

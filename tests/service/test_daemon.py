@@ -15,7 +15,8 @@ from elastisched.service.store import Store
 
 
 class RecordingBackend:
-    """Applies actions to the store like a backend would, and checks they were persisted first."""
+    """Records actions, checks they were persisted first (decision, action, planned generation) and reports
+    workers started, as a backend would; like every backend it never writes the store."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -29,11 +30,11 @@ class RecordingBackend:
             assert any(e["job_id"] == a.job_id and e["data"]["kind"] == a.kind.value for e in logged), a
             self.applied.append(a)
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
-                job = self.store.get_job(a.job_id)
-                assert job is not None
-                self.store.update_job(a.job_id, placement=[list(p) for p in a.allocation.placement],
-                                      generation=job["generation"] + 1)
-                self.events.append(JobStarted(time.time(), a.job_id, job["generation"] + 1))
+                assert a.launch is not None  # the action carries its launch spec: a backend never reads the store
+                gen = self.store.generations(a.job_id)[-1]
+                assert (gen["generation"], gen["state"], gen["token"]) == (a.launch.generation, "PLANNED",
+                                                                           a.launch.token)  # persisted first
+                self.events.append(JobStarted(time.time(), a.job_id, a.launch.generation))
 
     def cancel(self, job_id: str) -> None:
         self.cancelled.append(job_id)
@@ -42,7 +43,7 @@ class RecordingBackend:
         out, self.events = self.events, []
         return out
 
-    def recover(self) -> list[BackendEvent]:
+    def recover(self, generations: object = ()) -> list[BackendEvent]:
         return []
 
     def close(self) -> None:
@@ -83,7 +84,7 @@ def test_reclaim_vacates_the_returned_server_for_any_policy(policy: str) -> None
     svc, store, be = _svc(policy)
     ids = [_submit(store, app=None if policy == "fifo" else "cifar10") for _ in range(4)]
     svc.step()
-    assert (svc.engine.ctx.perf is None) == (policy == "fifo")  # models only when every job is profiled
+    assert (svc.engine.ctx.perf is None) == (policy == "fifo")  # models are loaded on the first profiled job
     store.add_loans([("loan-cpu-0", "cpu", 2)])
     svc.wake()
     svc.step()
@@ -137,7 +138,8 @@ def test_user_suspend_holds_the_job_until_resume() -> None:
 
 
 def test_held_time_is_not_attained_service() -> None:
-    """A job suspended by the user for 950 s resumes with the service it had, not 950 GPU-seconds more."""
+    """A job suspended by the user for 950 s resumes with the service it had, not 950 GPU-seconds more.
+    Service counts from the launch action (t = 0), as in the simulator: the engine's JobState rule."""
     from elastisched.core.clock import SimClock
 
     svc, store, _ = _svc()
@@ -151,11 +153,23 @@ def test_held_time_is_not_attained_service() -> None:
     clock.advance_to(50.0)
     store.request_hold(a, True)
     svc.wake()
-    svc.step()  # held at t = 50 after 40 s on 1 GPU that the engine saw
+    svc.step()  # held at t = 50 after 50 s on 1 GPU
     clock.advance_to(1000.0)
     store.request_hold(a, False)
     svc.wake()
     svc.step()
     view = svc.snapshot(svc.nodes()).jobs[a]
-    assert view.attained_service == pytest.approx(40.0, abs=1e-6)
-    assert view.run_time == pytest.approx(40.0, abs=1e-6)
+    assert view.attained_service == pytest.approx(50.0, abs=1e-6)
+    assert view.run_time == pytest.approx(50.0, abs=1e-6)
+
+
+def test_one_unprofiled_job_does_not_take_the_models_away_from_the_others() -> None:
+    """Each view carries its own model (JobView.model): None only for the job whose application has none."""
+    svc, store, _ = _svc("fifo")  # (policies read JobView.model with a per-job fallback: the policies' work)
+    profiled, unprofiled = _submit(store), _submit(store, app=None)
+    svc.step()
+    snap = svc.snapshot(svc.nodes())
+    assert snap.jobs[profiled].model is not None and snap.jobs[profiled].model.name == "cifar10"
+    assert snap.jobs[unprofiled].model is None
+    assert svc.engine.ctx.perf is not None  # the registry stays available to the policy
+    assert snap.jobs[profiled].total_work > 1.0 and snap.jobs[unprofiled].total_work == 1.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,32 @@ def _steps(log: Path) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
 
 
+BACKENDS = ["local", pytest.param("ray", marks=pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                                                  reason="ray not installed"))]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """A real Ray cluster (tests/service/_ray_cluster.py): head, t4×2, v100×1, k80×1 and a loanable t4×2."""
+    from _ray_cluster import start_cluster
+
+    c = start_cluster()
+    yield c
+    c.shutdown()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path: Path, policy: str) -> None:
-    svc = service_factory(cluster="1x3:cpu", policy=policy, scripts_dir=ROOT).start()
+def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path: Path, policy: str, backend: str,
+                                                  request: pytest.FixtureRequest) -> None:
+    extra: tuple[str, ...] = ()
+    if backend == "ray":  # the nodes come from Ray (--cluster is not used); the loan names a loanable Ray node
+        from _ray_cluster import clean
+
+        address = request.getfixturevalue("ray_cluster").address
+        request.addfinalizer(lambda: clean(address))
+        extra = ("--backend", "ray", "--ray-address", address)
+    svc = service_factory(cluster="1x3:cpu", policy=policy, scripts_dir=ROOT, extra=extra).start()
     elastic = policy == "lyra"
     # d and e are the ones that land on the loan (queue order): long enough to be running at the reclaim
     plan = [("a", "2", 40), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 30), ("e", "1", 30),
@@ -63,7 +87,11 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     wait_for(lambda: jobs()["a"]["generation"] > gen_a and jobs()["a"]["gpus"] == 1, 60, "a resized")
 
     # 2) an inference server is lent: pending jobs (or elastic growth) use it
-    assert svc.api("POST", "/v1/loans", json={"nodes": 1, "gpus_per_node": 2}).status_code == 201
+    offer = svc.api("POST", "/v1/loans", json={"nodes": 1, "gpus_per_node": 2,
+                                               **({"gpu_type": "t4"} if backend == "ray" else {})})
+    assert offer.status_code == 201, offer.text
+    loan_node = offer.json()[0]["node_id"]
+    assert loan_node == "loan-cpu-0" if backend == "local" else loan_node.startswith("loan-t4-")
     on_loan = wait_for(lambda: [j for j in jobs().values() if j["state"] == "RUNNING"
                                 and any(n.startswith("loan-") for n, _ in j["placement"])
                                 and _steps(tmp_path / f"{j['name']}.jsonl")], 90, "a job training on the loan")
@@ -87,4 +115,4 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     assert resumed and resumed[0]["step"] > 1  # the next generation continued from the checkpoint
     assert svc.job(ids["a"])["restarts"] >= 1
     reclaims = svc.api("GET", "/v1/loans").json()["reclaims"]
-    assert [(r["state"], r["nodes"]) for r in reclaims] == [("DONE", ["loan-cpu-0"])]
+    assert [(r["state"], r["nodes"]) for r in reclaims] == [("DONE", [loan_node])]

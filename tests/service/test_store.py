@@ -62,3 +62,27 @@ def test_database_from_before_the_held_column_is_migrated(tmp_path: Path) -> Non
     s.request_hold(a["id"], True)
     assert s.get_job(a["id"])["held"] is True
     s.close()
+
+
+def test_states_of_older_versions_are_migrated_to_the_one_vocabulary(tmp_path: Path) -> None:
+    """STARTING / RESIZING (the store's own words before) become JobPhase.RESTARTING; the job stays active."""
+    import sqlite3
+
+    from elastisched.core.types import JobPhase
+    from elastisched.service.store import ACTIVE, TERMINAL
+
+    assert set(ACTIVE) | set(TERMINAL) == {p.value for p in JobPhase}
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    s = Store(url)
+    a = s.create_job(name="a", script="/x.py", args=[], spec={"num_gpus": 1, "batch_size": 8})
+    b = s.create_job(name="b", script="/x.py", args=[], spec={"num_gpus": 1, "batch_size": 8})
+    s.close()
+    con = sqlite3.connect(tmp_path / "old.db")
+    con.execute("UPDATE jobs SET state = 'STARTING' WHERE id = ?", (a["id"],))
+    con.execute("UPDATE jobs SET state = 'RESIZING' WHERE id = ?", (b["id"],))
+    con.commit()
+    con.close()
+    s = Store(url)
+    assert [r["state"] for r in s.active_jobs()] == ["RESTARTING", "RESTARTING"]
+    assert len(s.list_jobs(["STARTING"])) == 2  # a filter by an old name selects what it meant
+    s.close()

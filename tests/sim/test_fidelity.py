@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from elastisched.core.cluster import parse_cluster
+from elastisched.experiments.pollux_fidelity import WORKLOADS, reference
 from elastisched.policies.base import make_policy
-from elastisched.report.fidelity import WORKLOADS, reference
 from elastisched.sim import SimConfig, simulate
 from elastisched.workloads import load_workload
 

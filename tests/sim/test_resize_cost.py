@@ -9,10 +9,11 @@ import pytest
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec
+from elastisched.engine.jobstate import keeps_gpus as _keeps_gpus
 from elastisched.models import PerfModels
 from elastisched.policies.base import Policy, PolicyContext, make_policy
 from elastisched.sim import SimConfig, simulate
-from elastisched.sim.simulator import Simulator, _keeps_gpus
+from elastisched.sim.simulator import Simulator
 from elastisched.workloads.schema import Workload
 
 

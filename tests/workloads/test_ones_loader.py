@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import peer_data
 from elastisched.core.errors import WorkloadError
-from elastisched.policies.ones import default_history
 from elastisched.workloads.ones import (
     HISTORY_RUN,
     _seconds_per_unit,
@@ -18,8 +18,8 @@ from elastisched.workloads.ones import (
     ones_batch,
 )
 
-HISTORY = default_history()
-needs_data = pytest.mark.skipif(HISTORY is None, reason="ONES artifact data (peer-data/ones) not found")
+HISTORY = peer_data.ONES_HISTORY
+needs_data = peer_data.needs("ones", "traces", "job_history.csv")
 HEADER = "time,model,task,epoch_size,patience,batch_size,lr,max_lr,target_acc,num_gpus\n"
 
 

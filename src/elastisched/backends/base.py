@@ -1,8 +1,10 @@
 """The Backend protocol (DESIGN.md "Interfaces"): actions in, events out.
 
-The daemon owns job states and the engine; a backend only turns actions into running workers and reports
-what happened to them. Backend-specific events extend `core.events` with the facts a real body has and
-the simulator does not (a generation started, a failed generation was retried from its checkpoint).
+The daemon owns job states, the engine and the store (the single writer); a backend only turns actions into
+running workers and reports what happened to them. It never reads or writes the store: an action carries
+its `LaunchSpec`, and after a service restart the daemon hands `recover` the generations the store says
+should exist. Backend-specific events extend `core.events` with the facts a real body has and the
+simulator does not (a generation started with these processes, a generation ended and how).
 """
 
 from __future__ import annotations
@@ -12,27 +14,55 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from elastisched.core.events import Action, JobFailed, JobFinished
-from elastisched.core.types import JobId
+from elastisched.core.types import Allocation, JobId, NodeView
 
 
 @dataclass(frozen=True, slots=True)
 class JobStarted:
-    """Generation `generation` of a job has live workers (after launch, resize, retry or adoption)."""
+    """Generation `generation` of a job has live workers (after launch, resize, retry or adoption): their
+    (PID, start ticks) per rank, CUDA device per rank and rendezvous port, for the daemon to record."""
 
     time: float
     job_id: JobId
     generation: int
     adopted: bool = False
+    pids: tuple[tuple[int, int | None], ...] = ()
+    devices: tuple[int | None, ...] = ()
+    port: int | None = None
+
+
+# How a generation ended. succeeded: the job is done (rank 0 finished its work); failed: a rank failed (the
+# daemon retries from the checkpoint or fails the job); launch_failed: its workers could not be started (the
+# job fails with the reason, never the service); interrupted: stopped by a signal nobody asked for, after a
+# checkpoint; lost: gone without a trace while the service was down, or a stop cut short (both resume from
+# the checkpoint); stopped / cancelled: the stop the daemon asked for.
+OUTCOMES = ("succeeded", "failed", "launch_failed", "interrupted", "lost", "stopped", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
-class JobRetried:
-    """A generation failed and was relaunched from the last checkpoint (bounded retries)."""
-
+class GenerationEnded:
     time: float
     job_id: JobId
     generation: int
-    reason: str
+    outcome: str  # one of OUTCOMES
+    exit_codes: tuple[int | None, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRecord:
+    """A generation the store says was planned or running when the service stopped (for `recover`). `keep`:
+    the daemon still wants it running (its job is active, not held or cancelled, and this is its newest
+    generation); otherwise any of its workers still alive are stopped."""
+
+    job_id: JobId
+    generation: int
+    token: str
+    allocation: Allocation
+    state: str  # PLANNED | RUNNING | STOPPING
+    pids: tuple[tuple[int, int | None], ...]
+    devices: tuple[int | None, ...]
+    keep: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +80,24 @@ class JobHints:
     throughput: float | None = None
 
 
-BackendEvent = JobStarted | JobRetried | JobFinished | JobFailed | JobHints
+@dataclass(frozen=True, slots=True)
+class NodesChanged:
+    """The backend's inventory changed (a Ray node joined or left): `nodes` are the training nodes now,
+    `lost` the names of nodes (training or loaned) that are gone. Jobs placed on a lost node are suspended
+    by the daemon (their generation is down) and the engine places them again from their checkpoint."""
+
+    time: float
+    nodes: tuple[NodeView, ...]
+    lost: tuple[str, ...] = ()
+    job_id: JobId = ""  # no job: keeps the daemon's per-event error message uniform
+
+
+BackendEvent = JobStarted | JobFinished | JobFailed | JobHints | GenerationEnded | NodesChanged
 
 
 class Backend(Protocol):
     def apply(self, actions: Sequence[Action]) -> None:
-        """Make the running workers match the actions (LAUNCH / RESIZE / SUSPEND); persist first."""
+        """Make the running workers match the actions (LAUNCH / RESIZE carry their `LaunchSpec`; SUSPEND)."""
         ...
 
     def cancel(self, job_id: JobId) -> None:
@@ -63,11 +105,13 @@ class Backend(Protocol):
         ...
 
     def poll(self) -> list[BackendEvent]:
-        """Events since the last poll: finished, failed, retried, started, hints."""
+        """Events since the last poll: started, generation ended, hints (and, for simple backends, finished /
+        failed)."""
         ...
 
-    def recover(self) -> list[BackendEvent]:
-        """After a service restart: adopt live workers recorded in the store, relaunch lost ones."""
+    def recover(self, generations: Sequence[GenerationRecord]) -> list[BackendEvent]:
+        """After a service restart: adopt the live workers of the generations to keep (found by recorded PID
+        or by launch token), stop those of the others, report the ones that ended or were lost."""
         ...
 
     def close(self) -> None:

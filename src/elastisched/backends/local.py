@@ -2,11 +2,18 @@
 
 Nodes come from a cluster spec (`2x4:cpu`): a "GPU" is a worker slot. A resize is a generation restart
 (ecosystem.md §B.1 "Adopt"): SIGTERM → the workers checkpoint and exit 0 → SIGKILL the process group after
-the grace period → relaunch at the new size with generation + 1 and a fresh rendezvous port. Each rank runs
-under `_wrap`, which records the exit code in a file, in its own session (so workers outlive a crashed
-service, and SIGKILL escalation reaches a rank's grandchildren through its process group); the store
-records (PID, start time) per rank so a restarted service adopts exactly those processes and never launches
-a generation twice.
+the grace period → relaunch at the new size (the action's `LaunchSpec`: generation + 1) on a fresh
+rendezvous port. Each rank runs under `_wrap`, which records the exit code in a file, in its own session (so
+workers outlive a crashed service, and SIGKILL escalation reaches a rank's grandchildren through its process
+group), and the script runs under `train._entry` (the clean exit path of `launch`).
+
+Idempotent across a crash: every worker carries its generation's launch token in its environment, written
+(with the generation) to the store by the daemon before the backend spawns anything. A restarted service
+hands `recover` the generations the store knows; their workers are found by recorded (PID, start time) or,
+when the crash came before the PIDs were recorded, by the token in `/proc/*/environ` — adopted, or stopped
+when the job no longer wants them (cancelled, held, superseded), never launched twice. The backend keeps no
+state of its own in the store: it reports facts (`JobStarted` with PIDs, `GenerationEnded`) and the daemon,
+the single writer, records them and decides retries.
 """
 
 from __future__ import annotations
@@ -22,13 +29,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from elastisched.backends.base import BackendEvent, JobHints, JobRetried, JobStarted
-from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
+from elastisched.backends._faults import pause
+from elastisched.backends.base import BackendEvent, GenerationEnded, GenerationRecord, JobHints, JobStarted
+from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import Allocation, NodeView
-from elastisched.service.store import Store
-from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, worker_envs
+from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, RANK, worker_envs
+
+TOKEN = PREFIX + "LAUNCH_TOKEN"  # marks every process of one generation (found again after a crash)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -51,6 +59,31 @@ def start_ticks(pid: int) -> int | None:
     if fields[0] == "Z":  # zombie: exited, waiting to be reaped
         return None
     return int(fields[19])
+
+
+def find_by_token(token: str) -> dict[int, tuple[int, int | None]]:
+    """Rank → (PID, start ticks) of the per-rank wrappers (process-group leaders) whose environment carries
+    `token`. Only this user's processes are readable, which are the only ones we could have started."""
+    needle = f"{TOKEN}={token}".encode() + b"\0"
+    out: dict[int, tuple[int, int | None]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read()
+            if needle not in env:
+                continue
+            with open(f"/proc/{d}/stat", encoding="utf-8") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) != int(d) or fields[0] == "Z":  # not a group leader (a worker under a wrapper), or dead
+            continue
+        rank = next((int(v.split(b"=", 1)[1]) for v in env.split(b"\0") if v.startswith(RANK.encode() + b"=")), 0)
+        out[rank] = (int(d), int(fields[19]))
+    return out
 
 
 @dataclass
@@ -96,7 +129,6 @@ class _Group:
     ranks: list[_Rank]
     devices: list[int | None] = field(default_factory=list)  # CUDA device per rank (GPU nodes)
     stopping: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def codes(self) -> list[int | None]:
         return [r.code() for r in self.ranks]
@@ -104,12 +136,12 @@ class _Group:
     def signal(self, sig: int) -> None:
         if sig == signal.SIGKILL:  # each rank leads its own session: kill its whole group
             for r in self.ranks:
-                if r.code() is None:
+                if r.pid > 0 and r.code() is None:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(r.pid, signal.SIGKILL)
             return
         for r in self.ranks:
-            if r.code() is None:
+            if r.pid > 0 and r.code() is None:  # pid 0: a rank known only by its exit file
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(r.pid, sig)
 
@@ -117,16 +149,14 @@ class _Group:
 class LocalBackend:
     """Subprocess backend. `apply` blocks for at most `grace_s` while resized jobs checkpoint."""
 
-    def __init__(self, store: Store, workdir: str | os.PathLike[str], *, python: str = sys.executable,
-                 grace_s: float = 15.0, max_retries: int = 2, extra_env: dict[str, str] | None = None,
-                 nodes: Sequence[NodeView] = ()) -> None:
-        self.store = store
+    def __init__(self, workdir: str | os.PathLike[str], *, python: str = sys.executable, grace_s: float = 15.0,
+                 extra_env: dict[str, str] | None = None, nodes: Sequence[NodeView] = ()) -> None:
         self.workdir = Path(workdir)
         self.python = python
         self.grace_s = grace_s
-        self.max_retries = max_retries
         self.extra_env = dict(extra_env or {})
         self.groups: dict[str, _Group] = {}
+        self.started_pids: list[int] = []  # every rank wrapper this backend spawned (process-group leaders)
         self._pending: list[BackendEvent] = []
         self._hint_pos: dict[str, int] = {}  # job -> bytes of hints.jsonl already read
         # Nodes whose type is not `cpu` are slices of this machine's GPUs: node i's slots are the next
@@ -171,8 +201,9 @@ class LocalBackend:
         self._stop_many(stops, outcome="stopped")
         for a in actions:
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
-                cause = "launch" if a.kind is ActionKind.LAUNCH else "resize"
-                self._launch(a.job_id, a.allocation, cause)
+                if a.launch is None:
+                    raise ValueError(f"job {a.job_id}: {a.kind.value} action without a launch spec")
+                self._pending.extend(self._launch(a.job_id, a.allocation, a.launch))
 
     def cancel(self, job_id: str) -> None:
         self._stop_many([job_id], outcome="cancelled")
@@ -181,10 +212,17 @@ class LocalBackend:
     def _stop_many(self, job_ids: Sequence[str], outcome: str) -> None:
         """SIGTERM all groups at once (they checkpoint in parallel), wait up to grace, then SIGKILL."""
         groups = [self.groups[j] for j in job_ids if j in self.groups]
+        self._stop_groups(groups)
+        for g in groups:
+            self._pending.append(GenerationEnded(time.time(), g.job_id, g.generation, outcome, tuple(g.codes())))
+            self.groups.pop(g.job_id, None)
+
+    def _stop_groups(self, groups: Sequence[_Group]) -> None:
         for g in groups:
             g.stopping = True
-            self.store.update_generation(g.job_id, g.generation, state="STOPPING")
             g.signal(signal.SIGTERM)
+        if groups:
+            pause("stopping", " ".join(f"{g.job_id}:{g.generation}" for g in groups))
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and any(c is None for g in groups for c in g.codes()):
             time.sleep(0.05)
@@ -192,10 +230,6 @@ class LocalBackend:
             if any(c is None for c in g.codes()):
                 g.signal(signal.SIGKILL)
                 self._wait_gone(g)
-            codes = g.codes()
-            self.store.update_generation(g.job_id, g.generation, state="EXITED", exit_codes=codes,
-                                         outcome=outcome, ended_at=time.time())
-            self.groups.pop(g.job_id, None)
 
     @staticmethod
     def _wait_gone(g: _Group, timeout: float = 5.0) -> None:
@@ -203,52 +237,49 @@ class LocalBackend:
         while time.monotonic() < deadline and any(c is None for c in g.codes()):
             time.sleep(0.02)
 
-    def _launch(self, job_id: str, alloc: Allocation, cause: str) -> None:
-        """Persist generation g+1 (PLANNED), then spawn its ranks, then record their PIDs (RUNNING)."""
-        job = self.store.get_job(job_id)
-        if job is None:
-            return
-        gen = int(job["generation"]) + 1
-        if cause == "launch" and gen > 1:
-            cause = "resume"  # a suspended (preempted / reclaimed) job continues from its checkpoint
-        world = alloc.gpus
-        spec = job["spec"]
-        batch = alloc.batch_size or spec.get("batch_size")
-        port = free_port()
-        placement = [[n, k] for n, k in alloc.placement]
-        with self.store.tx() as c:
-            self.store.add_generation(c, job_id, gen, cause=cause, placement=placement, batch_size=batch, port=port)
-            self.store.update_job(job_id, conn=c, generation=gen, placement=placement, batch_size=batch,
-                                  restarts=int(job["restarts"]) + (cause != "launch"),
-                                  state="STARTING" if cause == "launch" else "RESIZING")
-            self.store.add_event(job_id, cause, {"generation": gen, "placement": placement, "batch_size": batch},
-                                 conn=c)
+    def _launch(self, job_id: str, alloc: Allocation, spec: LaunchSpec) -> list[BackendEvent]:
+        """Spawn the ranks of generation `spec.generation` (already recorded by the daemon, with its token).
+        A spawn that fails ends the generation as `launch_failed` with the reason: the job fails, not us."""
+        gen = spec.generation
         jd = self.job_dir(job_id)
-        for sub in ("logs", "run", "ckpt"):
-            (jd / sub).mkdir(parents=True, exist_ok=True)
-        nodes = [n for n, k in alloc.placement for _ in range(k)]
-        envs = worker_envs(nproc=world, master_port=port, job_id=job_id, generation=gen,
-                           local_batch=alloc.local_batch, global_batch=batch,  # library splits the rest
-                           checkpoint_dir=str(jd / "ckpt"))
         ranks: list[_Rank] = []
-        cmd = [self.python, "-u", job["script"], *job["args"]]
-        devices = self._devices(nodes)
-        for r, le in enumerate(envs):
-            env = {**os.environ, **le.to_env(), "LOCAL_WORLD_SIZE": str(world), **self.extra_env,
-                   PREFIX + "NODE": nodes[r], CHECKPOINT_DIR: str(jd / "ckpt")}
-            if devices[r] is not None:  # one visible device per rank: it is cuda:0 inside the worker
-                env.update(CUDA_VISIBLE_DEVICES=str(devices[r]), LOCAL_RANK="0")
-            env.setdefault("OMP_NUM_THREADS", "1")
-            exit_file = jd / "run" / f"g{gen}-r{r}.exit"
-            with open(jd / "logs" / f"g{gen}-r{r}.log", "ab") as log:
-                p = subprocess.Popen([self.python, "-m", "elastisched.backends._wrap", str(exit_file), "--", *cmd],
-                                     env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=str(jd), start_new_session=True)
-            ranks.append(_Rank(p.pid, start_ticks(p.pid), exit_file, p))
-        self.store.update_generation(job_id, gen, state="RUNNING", started_at=time.time(),
-                                     pids=[[r.pid, r.ticks] for r in ranks], devices=devices)
+        pause("planned", f"{job_id}:{gen}")
+        try:
+            for sub in ("logs", "run", "ckpt"):
+                (jd / sub).mkdir(parents=True, exist_ok=True)
+            world = alloc.gpus
+            port = free_port()
+            nodes = [n for n, k in alloc.placement for _ in range(k)]
+            envs = worker_envs(nproc=world, master_port=port, job_id=job_id, generation=gen,
+                               local_batch=alloc.local_batch, global_batch=spec.batch_size,  # library splits the rest
+                               checkpoint_dir=str(jd / "ckpt"))
+            cmd = [self.python, "-u", "-m", "elastisched.train._entry", spec.script, *spec.args]
+            devices = self._devices(nodes)
+            for r, le in enumerate(envs):
+                env = {**os.environ, **le.to_env(), "LOCAL_WORLD_SIZE": str(world), **self.extra_env, **spec.env,
+                       PREFIX + "NODE": nodes[r], CHECKPOINT_DIR: str(jd / "ckpt"), TOKEN: spec.token}
+                if devices[r] is not None:  # one visible device per rank: it is cuda:0 inside the worker
+                    env.update(CUDA_VISIBLE_DEVICES=str(devices[r]), LOCAL_RANK="0")
+                env.setdefault("OMP_NUM_THREADS", "1")
+                exit_file = jd / "run" / f"g{gen}-r{r}.exit"
+                with open(jd / "logs" / f"g{gen}-r{r}.log", "ab") as log:
+                    p = subprocess.Popen([self.python, "-m", "elastisched.backends._wrap", str(exit_file), "--",
+                                          *cmd], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, cwd=str(jd), start_new_session=True)
+                ranks.append(_Rank(p.pid, start_ticks(p.pid), exit_file, p))
+                self.started_pids.append(p.pid)
+                if r < len(envs) - 1:
+                    pause("rank", f"{job_id}:{gen}:{r}")
+        except (OSError, ValueError, RuntimeError) as e:
+            for r in ranks:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(r.pid, signal.SIGKILL)
+            why = f"launch of generation {gen} failed: {type(e).__name__}: {e}"[:1000]
+            return [GenerationEnded(time.time(), job_id, gen, "launch_failed", reason=why)]
         self.groups[job_id] = _Group(job_id, gen, alloc, ranks, devices)
-        self._pending.append(JobStarted(time.time(), job_id, gen))
+        pause("spawned", f"{job_id}:{gen}")
+        return [JobStarted(time.time(), job_id, gen, pids=tuple((r.pid, r.ticks) for r in ranks),
+                           devices=tuple(devices), port=port)]
 
     # ------------------------------------------------------------------ events
     def poll(self) -> list[BackendEvent]:
@@ -267,7 +298,7 @@ class LocalBackend:
                 codes = g.codes()
             elif any(c is None for c in codes):
                 continue  # rank 0 done first; wait for the others
-            out.extend(self._finished(g, codes))
+            out.append(self._ended(g, codes))
         return out
 
     def _hints(self, job_id: str) -> JobHints | None:
@@ -296,64 +327,68 @@ class LocalBackend:
                 continue  # a malformed line (user code may write here too): try the one before
         return None
 
-    def _finished(self, g: _Group, codes: list[int | None]) -> list[BackendEvent]:
-        ok = all(c == 0 for c in codes)
+    def _ended(self, g: _Group, codes: list[int | None]) -> GenerationEnded:
+        """How a generation whose ranks all exited ended. Rank 0 exiting 0 unsignalled means the job finished
+        its work (it reported completion): the job is done even if another rank then died in teardown, so
+        a finished job is never run again."""
+        self.groups.pop(g.job_id, None)
+        self._hint_pos.pop(g.job_id, None)
+        t, ok = time.time(), all(c == 0 for c in codes)
         if ok and any(r.signalled() for r in g.ranks):
             # Stopped by a signal we did not send (an operator, the OS): it checkpointed, so resume it.
-            self.store.update_generation(g.job_id, g.generation, state="EXITED", exit_codes=codes,
-                                         outcome="stopped", ended_at=time.time())
-            self.groups.pop(g.job_id, None)
-            self._launch(g.job_id, g.allocation, "resume")
-            return [JobRetried(time.time(), g.job_id, g.generation + 1, "stopped by a signal; resumed")]
-        self.store.update_generation(g.job_id, g.generation, state="EXITED", exit_codes=codes,
-                                     outcome="succeeded" if ok else "failed", ended_at=time.time())
-        self.groups.pop(g.job_id, None)
-        if ok:
-            self._hint_pos.pop(g.job_id, None)
-            return [JobFinished(time.time(), g.job_id)]
-        job = self.store.get_job(g.job_id)
-        reason = f"generation {g.generation} exited with codes {codes}"
-        if job is not None and int(job["retries"]) < self.max_retries:
-            self.store.update_job(g.job_id, retries=int(job["retries"]) + 1)
-            self._launch(g.job_id, g.allocation, "retry")
-            return [JobRetried(time.time(), g.job_id, g.generation + 1, reason)]
-        self._hint_pos.pop(g.job_id, None)
-        return [JobFailed(time.time(), g.job_id, reason)]
+            return GenerationEnded(t, g.job_id, g.generation, "interrupted", tuple(codes), "stopped by a signal")
+        if ok or (codes[0] == 0 and not g.ranks[0].signalled()):
+            return GenerationEnded(t, g.job_id, g.generation, "succeeded", tuple(codes))
+        return GenerationEnded(t, g.job_id, g.generation, "failed", tuple(codes),
+                               f"generation {g.generation} exited with codes {codes}")
 
     # ------------------------------------------------------------------ restart
-    def recover(self) -> list[BackendEvent]:
-        """Adopt each live generation whose recorded processes are still the same processes; settle the
-        ones that ended while the service was down (exit files); relaunch the lost ones from checkpoint."""
+    def recover(self, generations: Sequence[GenerationRecord]) -> list[BackendEvent]:
+        """Adopt each generation to keep whose workers are still the same processes (by recorded PID and start
+        time, else by launch token), settle the ones that ended while the service was down (exit files),
+        report the lost ones; stop every live worker of a generation not to keep."""
         out: list[BackendEvent] = []
-        for gen in self.store.generations(live=True):
-            jid, n = gen["job_id"], int(gen["generation"])
-            job = self.store.get_job(jid)
-            if job is None or job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
-                continue
-            alloc = Allocation(placement=tuple((str(a), int(b)) for a, b in gen["placement"]),
-                               batch_size=gen["batch_size"])
+        for rec in generations:
+            jid, n = rec.job_id, rec.generation
             run = self.job_dir(jid) / "run"
-            ranks = [_Rank(int(pid), ticks, run / f"g{n}-r{r}.exit") for r, (pid, ticks) in enumerate(gen["pids"])]
-            if not ranks or len(ranks) != alloc.gpus:
-                # Planned but never (fully) started: nothing of it can be running under our records.
-                self.store.update_generation(jid, n, state="EXITED", outcome="lost", ended_at=time.time())
-                self._launch(jid, alloc, "resume")
-                continue
-            g = _Group(jid, n, alloc, ranks, list(gen["devices"] or [None] * len(ranks)))
+            pids, ran = list(rec.pids), set[int]()
+            if rec.token and (len(pids) != rec.allocation.gpus or not any(start_ticks(p) == t for p, t in pids)):
+                # Ranks that ran and ended while we were down are gone from /proc but left their exit files.
+                if not rec.pids:
+                    ran = {r for r in range(rec.allocation.gpus) if (run / f"g{n}-r{r}.exit").exists()}
+                found = find_by_token(rec.token)  # the crash came before the PIDs were recorded
+                deadline = time.monotonic() + 1.0  # a rank forked but not yet exec'd shows its parent's environment
+                while len(ran | found.keys()) < rec.allocation.gpus and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    found = find_by_token(rec.token)
+                if found or ran:
+                    pids = [found.get(r, (0, None)) for r in range(max([*found, *ran]) + 1)]
+            ranks = [_Rank(int(pid), ticks, run / f"g{n}-r{r}.exit") for r, (pid, ticks) in enumerate(pids)
+                     if pid or (run / f"g{n}-r{r}.exit").exists()]  # pid 0: known by its exit file alone
+            g = _Group(jid, n, rec.allocation, ranks, list(rec.devices or [None] * len(ranks)))
             codes = g.codes()
+            if not rec.keep:
+                self._stop_groups([g])
+                out.append(GenerationEnded(time.time(), jid, n, "stopped", tuple(g.codes())))
+                continue
+            if not ranks or len(ranks) != rec.allocation.gpus:
+                # Planned but never (fully) started: stop what there is (gone before the daemon relaunches it).
+                g.signal(signal.SIGKILL)
+                self._wait_gone(g)
+                out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "never fully started"))
+                continue
             if all(c is None for c in codes) or (any(c is None for c in codes) and not any(codes)):
                 self.groups[jid] = g
-                self.store.add_event(jid, "adopted", {"generation": n, "pids": gen["pids"]})
-                out.append(JobStarted(time.time(), jid, n, adopted=True))
+                out.append(JobStarted(time.time(), jid, n, adopted=True, pids=tuple((r.pid, r.ticks) for r in ranks),
+                                      devices=tuple(g.devices)))
                 continue
-            if gen["state"] == "STOPPING" or all(c == -9 for c in codes):
-                # Interrupted mid-stop, or killed while we were down: relaunch from the checkpoint.
+            if rec.state == "STOPPING" or all(c == -9 for c in codes):
+                # Interrupted mid-stop, or killed while we were down: resume from the checkpoint.
                 g.signal(signal.SIGKILL)
-                self.store.update_generation(jid, n, state="EXITED", exit_codes=codes, outcome="lost",
-                                             ended_at=time.time())
-                self._launch(jid, alloc, "resume")
+                self._wait_gone(g)
+                out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "gone while we were down"))
                 continue
-            out.extend(self._finished(g, codes))
+            out.append(self._ended(g, codes))
         return out + self.poll()
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Protocol
 
@@ -22,6 +23,8 @@ class SimClock:
         return self._now
 
     def advance_to(self, t: float) -> None:
+        if not math.isfinite(t):  # NaN compares false with everything: it would pass the check below
+            raise ValueError(f"simulated time must be finite: now={self._now}, asked={t}")
         if t < self._now:
             raise ValueError(f"time must not go backwards: now={self._now}, asked={t}")
         self._now = t

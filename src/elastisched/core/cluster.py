@@ -1,4 +1,9 @@
-"""Cluster specifications: `16x4:t4`, `6x4:t4,2x8:a100,3x8:rtx`, or a dict/list loaded from YAML/JSON."""
+"""Cluster specifications: `16x4:t4`, `6x4:t4,2x8:a100,3x8:rtx`, or a dict/list loaded from YAML/JSON.
+
+Counts are bounded (`MAX_NODES` nodes in all, `MAX_GPUS_PER_NODE` per node) and checked before any node is
+built, so a typo such as `100000000x4` is an error rather than an unbounded allocation. Digits are ASCII
+only and file entries must be real integers (not `true`, `2.5` or `"4"`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,43 @@ from typing import Any
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import NodeView, Pool
 
-_PART = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*(?::\s*([A-Za-z0-9_.-]+))?\s*(?:@\s*(train|loanable))?\s*$")
+MAX_NODES = 100_000  # nodes in one cluster (all parts together)
+MAX_GPUS_PER_NODE = 64
+_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+_PART = re.compile(r"^\s*([0-9]{1,9})\s*x\s*([0-9]{1,9})\s*(?::\s*([A-Za-z0-9_.-]{1,32}))?\s*"
+                   r"(?:@\s*(train|loanable))?\s*$")
+_KEYS = ("nodes", "gpus_per_node", "gpu_type", "pool")
+
+
+def _count(field: str, v: object, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(field, v[:80] if isinstance(v, str) else v, "must be an integer")
+    if not 1 <= v <= hi:
+        raise ConfigError(field, v, f"must be in [1, {hi}]")
+    return v
+
+
+def _file_part(i: int, item: object, default_gpu_type: str) -> tuple[int, int, str, Pool]:
+    where = f"cluster[{i}]"
+    if not isinstance(item, Mapping):
+        raise ConfigError(where, item if not isinstance(item, str) else item[:80],
+                          "must be a mapping {nodes, gpus_per_node[, gpu_type, pool]}")
+    unknown = sorted(str(k)[:40] for k in item if k not in _KEYS)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}", item.get(unknown[0]),
+                          f"unknown key; known: {', '.join(_KEYS)}")
+    for key in ("nodes", "gpus_per_node"):
+        if key not in item:
+            raise ConfigError(f"{where}.{key}", None, "missing; needs nodes, gpus_per_node[, gpu_type, pool]")
+    n = _count(f"{where}.nodes", item["nodes"], MAX_NODES)
+    g = _count(f"{where}.gpus_per_node", item["gpus_per_node"], MAX_GPUS_PER_NODE)
+    t = item.get("gpu_type", default_gpu_type)
+    if not isinstance(t, str) or not _TYPE.fullmatch(t):
+        raise ConfigError(f"{where}.gpu_type", t, "must be a name of letters, digits, '_', '.', '-' (<= 32)")
+    pool = item.get("pool", "train")
+    if pool not in ("train", "loanable"):
+        raise ConfigError(f"{where}.pool", pool, "must be train or loanable")
+    return n, g, t.lower(), Pool(pool)
 
 
 def parse_cluster(spec: str | Sequence[Mapping[str, Any]], default_gpu_type: str = "t4") -> tuple[NodeView, ...]:
@@ -21,21 +62,24 @@ def parse_cluster(spec: str | Sequence[Mapping[str, Any]], default_gpu_type: str
         for part in spec.split(","):
             m = _PART.match(part)
             if not m:
-                raise ConfigError("--cluster", part, "expected NODESxGPUS[:TYPE][@train|@loanable], e.g. 16x4:t4")
+                raise ConfigError("--cluster", part[:80], "expected NODESxGPUS[:TYPE][@train|@loanable], e.g. 16x4:t4")
             parts.append((int(m[1]), int(m[2]), (m[3] or default_gpu_type).lower(), Pool(m[4] or "train")))
+            n, g = parts[-1][:2]
+            if n <= 0 or g <= 0:
+                raise ConfigError("--cluster", part.strip(), "node and GPU counts must be > 0")
+            if g > MAX_GPUS_PER_NODE:
+                raise ConfigError("--cluster", part.strip(), f"at most {MAX_GPUS_PER_NODE} GPUs per node")
     else:
-        for i, item in enumerate(spec):
-            try:
-                parts.append((int(item["nodes"]), int(item["gpus_per_node"]),
-                              str(item.get("gpu_type", default_gpu_type)).lower(), Pool(item.get("pool", "train"))))
-            except (KeyError, ValueError, TypeError) as e:
-                raise ConfigError(f"cluster[{i}]", dict(item), f"needs nodes, gpus_per_node[, gpu_type, pool]: {e}"
-                                  ) from None
+        if isinstance(spec, Mapping) or not isinstance(spec, Sequence) or not spec:
+            raise ConfigError("cluster", type(spec).__name__, "must be a non-empty list of node groups")
+        parts = [_file_part(i, item, default_gpu_type) for i, item in enumerate(spec)]
+    total = sum(n for n, *_ in parts)
+    if total > MAX_NODES:
+        raise ConfigError("--cluster", spec if isinstance(spec, str) else f"{len(parts)} node groups",
+                          f"{total} nodes; at most {MAX_NODES} in a cluster")
     nodes: list[NodeView] = []
     counters: dict[str, int] = {}
     for n, g, t, pool in parts:
-        if n <= 0 or g <= 0:
-            raise ConfigError("--cluster", f"{n}x{g}:{t}", "node and GPU counts must be > 0")
         for _ in range(n):
             k = counters.get(t, 0)
             counters[t] = k + 1

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+SHOWN = 120  # characters of a value echoed in a message: one bad 100 kB cell still gives one short line
+
+
+def shown(value: object) -> str:
+    """`repr(value)`, cut to `SHOWN` characters (the full value stays on the exception's `.value`)."""
+    r = repr(value)
+    return r if len(r) <= SHOWN else f"{r[:SHOWN]}...({len(r)} chars)"
+
 
 class ElastischedError(Exception):
     """Base of all errors raised on purpose."""
@@ -11,7 +19,7 @@ class ConfigError(ElastischedError, ValueError):
     """A bad option, cluster spec or file; the message names the field and the value."""
 
     def __init__(self, field: str, value: object, why: str) -> None:
-        super().__init__(f"{field}={value!r}: {why}")
+        super().__init__(f"{field}={shown(value)}: {why}")
         self.field, self.value, self.why = field, value, why
 
 
@@ -19,7 +27,7 @@ class WorkloadError(ElastischedError, ValueError):
     """A bad row in a trace: names file, line, column and value."""
 
     def __init__(self, path: str, line: int, column: str, value: object, why: str) -> None:
-        super().__init__(f"{path}:{line}: column {column!r} = {value!r}: {why}")
+        super().__init__(f"{path}:{line}: column {column!r} = {shown(value)}: {why}")
         self.path, self.line, self.column, self.value, self.why = path, line, column, value, why
 
 

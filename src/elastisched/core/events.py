@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from elastisched.core.types import Allocation, JobId
 
@@ -31,8 +33,27 @@ class ActionKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """Everything a backend needs to start one generation of a job's workers, so that it never reads the
+    service's store: what to run, which generation this is and why, the global batch, extra environment, and
+    a launch token that marks every worker of this generation (a restarted service finds them by it)."""
+
+    script: str
+    args: tuple[str, ...]
+    generation: int
+    cause: str  # launch | resize | resume | retry
+    token: str
+    batch_size: int | None = None  # global batch (None: the script's own)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
 class Action:
+    """One change the engine wants. A live body fills `launch` for LAUNCH and RESIZE before a backend acts;
+    the simulator does not need it."""
+
     kind: ActionKind
     job_id: JobId
     allocation: Allocation
     previous: Allocation
+    launch: LaunchSpec | None = None

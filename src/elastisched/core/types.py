@@ -48,7 +48,8 @@ class PendingReason(StrEnum):
 
 
 class JobPhase(StrEnum):
-    """Life cycle (AdaptDL phases plus Slurm's RESIZING)."""
+    """Life cycle (AdaptDL phases plus Slurm's RESIZING and SUSPENDED): the one vocabulary of job states, for
+    views, the service's store, `ls`, the API and `jobs.csv`."""
 
     PENDING = "PENDING"
     RUNNING = "RUNNING"
@@ -56,6 +57,7 @@ class JobPhase(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    SUSPENDED = "SUSPENDED"  # stopped with a checkpoint (preempted, reclaimed or held); queued again unless held
 
 
 @dataclass(frozen=True, slots=True)

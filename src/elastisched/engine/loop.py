@@ -1,9 +1,12 @@
 """The one engine loop shared by the simulator and the live service (DESIGN.md "One brain, two bodies").
 
     snapshot → policy.schedule → placer fills open placements → invariants.check → diff → actions
+             → reclaim: servers returned (the policy's choice, else THE fallback) and vacated
 
 The engine owns no clock and performs no side effects: the caller (simulated or real backend) builds the
-snapshot from its own state and applies the returned actions.
+snapshot from its own state (`engine.jobstate.JobState` per job) and applies the returned actions; the rules
+around a round (reclaim fallback, vacating, admin resizes) live in `engine.reclaim`, so the two bodies cannot
+disagree on them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from elastisched.core.events import Action, ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId
 from elastisched.engine.invariants import check
 from elastisched.engine.placer import place_with_free
+from elastisched.engine.reclaim import Reclaim, choose_returned, vacate
 from elastisched.policies.base import Policy, PolicyContext
 
 
@@ -25,6 +29,7 @@ class RoundResult:
     allocations: Mapping[JobId, Allocation]  # placed; absent = not running
     actions: tuple[Action, ...]
     latency_s: float  # time spent inside policy.schedule
+    reclaim: Reclaim | None = None  # servers returned this round (None when nothing was reclaimed)
 
 
 def same_allocation(a: Allocation, b: Allocation) -> bool:
@@ -64,4 +69,8 @@ class Engine:
         placed, free = place_with_free(decision.allocations, snap)
         if self.check_invariants:
             check(placed, snap, self.policy.elastic, free)
-        return RoundResult(decision, placed, diff(snap, placed), latency)
+        actions = diff(snap, placed)
+        if snap.reclaim_demand <= 0:
+            return RoundResult(decision, placed, actions, latency)
+        actions, rec = vacate(snap, actions, choose_returned(snap, decision.reclaim))
+        return RoundResult(decision, placed, actions, latency, rec)

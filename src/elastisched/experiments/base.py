@@ -1,7 +1,8 @@
 """The shape every reproduced study takes: a config dataclass → runs through the shared runner → a result.
 
 An `Experiment` is found by name in one registry (`elastisched reproduce NAME`). Its `Config` is a frozen
-dataclass whose fields (int, float, str, bool, Path, their `| None`, tuples of str/int) become CLI options;
+dataclass whose fields (int, float, str, bool, Path, their `| None`, tuples of str/int) become CLI options
+(`reproduce_cli.py`; each option's help is the field's `metadata["help"]` or its trailing `# comment`);
 `run` returns an `ExperimentResult`, which `report/` turns into `NAME.json`, PNG plots and one `report.html`
 of the same shape for every study: a verdict against the paper's figure, tables with units, the plots and
 the configuration.
@@ -50,6 +51,7 @@ class ExperimentResult:
     tables: list[Table] = field(default_factory=list)
     figures: dict[str, bytes] = field(default_factory=dict)  # file name (…png) → PNG bytes; each titled, labelled
     data: dict[str, Any] = field(default_factory=dict)  # everything else that goes to NAME.json
+    files: dict[str, bytes | str] = field(default_factory=dict)  # other outputs by file name, e.g. per-run CSVs
 
     @property
     def passed(self) -> bool:

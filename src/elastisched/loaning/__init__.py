@@ -3,8 +3,9 @@
 - `demand`: inference demand over time (seeded diurnal generator, CSV `time,busy_servers`, DeepBoot rows);
 - `timeline`: demand → loanable-server timeline (`LoanPlan`, with headroom and a reclaim notice period);
 - `reclaim`: which loaned servers to return (Lyra greedy, DeepBoot's rule, random, exact MILP);
-- `placement`: loan-aware best-fit-decreasing placement used by the `lyra` policy;
-- `reproduce`: the `reproduce lyra` experiment (a Typer command added by `register`).
+- `placement`: loan-aware best-fit-decreasing placement used by the `lyra` policy.
+
+Pure parts only: the experiments that use them (`reproduce lyra`, `lyra-deepboot`) live in `experiments/`.
 """
 
 from elastisched.loaning.demand import DemandSeries, diurnal, from_csv, from_inference_tasks, low_stretches

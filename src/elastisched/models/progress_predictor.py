@@ -28,6 +28,8 @@ HIDDEN = 64
 MAX_ROWS = 2000
 LOSS_CLIP = 100.0
 RHO_EPS = 1e-4
+#: the predictor's training data: (features rows, ρ per row), as `history_table` reads it
+HistoryTable = tuple[np.ndarray, np.ndarray]
 
 
 def features(epoch_size: float, initial_loss: float, epochs_done: float, loss: float, acc: float) -> np.ndarray:
@@ -37,7 +39,7 @@ def features(epoch_size: float, initial_loss: float, epochs_done: float, loss: f
     return np.array([np.log(max(float(epoch_size), 1.0)), il, float(epochs_done), rel, float(acc)])
 
 
-def history_table(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+def history_table(path: str | Path) -> HistoryTable:
     """(features, ρ) rows from the artifact's `job_history.csv` (one row per evaluated epoch)."""
     h = pd.read_csv(path)
     need = ["epoch_size", "num_samples", "total_workload", "initial_loss", "loss", "acc"]

@@ -17,7 +17,9 @@ class PerfModels:
         epochs = {**POLLUX_EPOCHS, **(epochs or {})}
         self.apps: dict[str, Application] = {}
         for name, prof in profiles.items():
-            rc = restart_cost.get(name, 30.0) if isinstance(restart_cost, dict) else (restart_cost or 30.0)
+            # `restart_cost or 30.0` turned an explicit 0 into 30 s: only None means "the default"
+            rc = restart_cost.get(name, 30.0) if isinstance(restart_cost, dict) else \
+                (30.0 if restart_cost is None else float(restart_cost))
             max_ep = epochs.get(name, min(len(df) for df in prof.validation.values()))
             self.apps[name] = Application(prof, max_ep, rc, MAX_LOCAL_BSZ.get(name))
 

@@ -1,8 +1,43 @@
-"""Small helpers shared by the rule-based policies (free GPUs per type, type of a node)."""
+"""Small helpers shared by the rule-based policies: free GPUs per type, the type of a node, a job's own
+performance model (with its fallback), and whether a job can ever fit the cluster as it is now."""
 
 from __future__ import annotations
 
-from elastisched.core.types import Allocation, ClusterSnapshot
+from collections.abc import Mapping
+
+from elastisched.core.errors import ConfigError
+from elastisched.core.types import Allocation, ClusterSnapshot, JobView
+from elastisched.models.application import Application
+from elastisched.policies.base import PolicyContext
+
+
+def job_model(job: JobView, ctx: PolicyContext) -> Application | None:
+    """The job's own performance model: `JobView.model` when the body filled it, else the application's entry
+    in `ctx.perf`, else None (the caller then uses its model-free fallback for this job alone)."""
+    if job.model is not None:
+        return job.model  # type: ignore[no-any-return]
+    perf = ctx.perf
+    if perf is not None and job.spec.application in perf:
+        return perf.app(job.spec.application)
+    return None
+
+
+def require_model(job: JobView, ctx: PolicyContext, policy: str) -> Application:
+    """`job_model` for a policy that has no model-free fallback: a missing model is a configuration error
+    naming the job and its application (the live service refuses such submissions for these policies)."""
+    app = job_model(job, ctx)
+    if app is None:
+        raise ConfigError("application", job.spec.application,
+                          f"job {job.job_id}: policy {policy} needs a performance model and none is loaded "
+                          "for this application (add its profile or pick a policy with a model-free fallback)")
+    return app
+
+
+def can_ever_fit(capacity: Mapping[str, int], types: tuple[str, ...], need: int) -> bool:
+    """True when some GPU type the job may use (all when `types` is empty) has `need` GPUs in the whole
+    cluster (`capacity`: GPUs per type, busy or not). A job that cannot is INFEASIBLE, not queued: it must
+    not block the jobs behind it (a job runs on one GPU type)."""
+    return any(c >= need for t, c in capacity.items() if not types or t in types)
 
 
 def take(free: dict[str, int], snap: ClusterSnapshot, a: Allocation) -> None:

@@ -15,9 +15,14 @@ Readings (docs/ones.md "Ambiguities"):
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 import numpy as np
 
+from elastisched.core.types import JobSpec
 from elastisched.models.online_throughput import interp_throughput
+from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable
 
 EMPTY = -1
 NO_LIMIT = 1 << 40  # `scaling_limit` of a job with no observed slowdown
@@ -240,3 +245,41 @@ def layout_from_counts(alloc: np.ndarray, capacity: int) -> np.ndarray:
     res = np.full(capacity, EMPTY, dtype=np.int64)
     res[:min(seq.size, capacity)] = seq[:capacity]
     return res
+
+
+_FITS: dict[tuple[str, int], dict[str, Any]] = {}  # fitted predictor per (table digest, seed): pure memo
+
+
+def bootstrap_state(table: HistoryTable, seed: int) -> dict[str, Any]:
+    """The predictor's state after fitting the bootstrap table (memoised per table content and seed)."""
+    x, rho = np.ascontiguousarray(table[0], dtype=float), np.ascontiguousarray(table[1], dtype=float)
+    key = (hashlib.sha1(x.tobytes() + rho.tobytes()).hexdigest(), seed)
+    if key not in _FITS:
+        p = BetaProgressPredictor(seed=seed)
+        p.add(x, rho)
+        p.fit()
+        _FITS[key] = p.state_dict()
+    return _FITS[key]
+
+
+def job_batch(spec: JobSpec, n: int) -> int:
+    """Global batch on n GPUs: local batch fixed, linear LR scaling capped at max_lr (ones.md §1)."""
+    a = spec.attrs
+    local = int(a.get("local_batch", max(1, spec.batch_size // max(spec.num_gpus, 1))))
+    lr, max_lr = a.get("lr"), a.get("max_lr")
+    if lr is None or max_lr is None or lr * n <= max_lr:
+        return local * n
+    return max(n, (int(local * max_lr / lr) // n) * n)
+
+
+def defer(cur: np.ndarray, best: np.ndarray, blocked: np.ndarray) -> np.ndarray:
+    """Per-job δ throttle (docs/ones.md A14): blocked jobs keep their current slots; a job whose target slots
+    collide with a deferred job's current slots is deferred too (kept as is, or not started), until stable."""
+    deferred = blocked.copy()
+    while True:
+        keep = np.where(deferred[np.where(cur >= 0, cur, 0)] & (cur >= 0), cur, EMPTY)
+        take = np.where((best >= 0) & ~deferred[np.where(best >= 0, best, 0)], best, EMPTY)
+        clash = (keep >= 0) & (take >= 0)
+        if not clash.any():
+            return np.where(keep >= 0, keep, take)
+        deferred[np.unique(take[clash])] = True

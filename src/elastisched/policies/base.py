@@ -20,7 +20,10 @@ from elastisched.models.registry import PerfModels
 
 @dataclass(slots=True)
 class PolicyContext:
-    """Side inputs of a round: performance models, a seeded RNG, free-form options."""
+    """Side inputs of a round: performance models, a seeded RNG, free-form options.
+
+    `perf` is the registry a body may pass instead of filling `JobView.model`; policies read a job's model
+    through `_common.job_model`, which prefers the view's."""
 
     perf: PerfModels | None = None
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
@@ -43,8 +46,9 @@ class Policy:
     #: AdaptDL's adaptive batch size does: the simulator then charges `SimConfig.reconfigure_cost` (default 0)
     #: instead of a restart (Pollux)
     batch_in_place: ClassVar[bool] = False
-    #: True if the policy cannot schedule without `ctx.perf` (no model-free fallback): the live service then
-    #: refuses submissions that name no profiled application
+    #: True if the policy cannot schedule a job without its performance model (no model-free fallback; it then
+    #: raises ConfigError naming the job, `_common.require_model`): the live service refuses submissions that
+    #: name no profiled application
     needs_perf_models: ClassVar[bool] = False
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
@@ -87,11 +91,21 @@ def registered() -> dict[str, Callable[..., Policy]]:
     return dict(sorted(_REGISTRY.items()))
 
 
+def unknown_policy_hint(name: str) -> str:
+    """'did you mean …?' (the closest registered names) and the list of known ones."""
+    import difflib
+
+    _load_builtin()
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=2, cutoff=0.6)
+    guess = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return f"unknown policy; {guess}known: {', '.join(sorted(_REGISTRY))}"
+
+
 def make_policy(name: str, **options: Any) -> Policy:
-    """Instantiate a registered policy by name; unknown names list the known ones."""
+    """Instantiate a registered policy by name; unknown names get a 'did you mean' and the known ones."""
     _load_builtin()
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+        raise UnknownPolicyError(f"{name!r}: {unknown_policy_hint(name)}") from None
     return factory(**options)

@@ -1,9 +1,17 @@
-"""FIFO: first come, first served, non-preemptive, no backfilling — the classic baseline (Lyra's baseline)."""
+"""FIFO: first come, first served, non-preemptive, no backfilling — the classic baseline (Lyra's baseline).
+
+A job that can never fit the cluster as it is now (more GPUs than any type it may use has in total) is
+marked INFEASIBLE and passed over when the queue reaches it: it would otherwise block the queue for ever
+(issue 11). A job that fits the cluster but not the free GPUs blocks everyone behind it (RESOURCES), as FIFO
+without backfilling does; the jobs behind it wait for PRIORITY (no reason) and are not looked at, so a
+round costs O(running jobs) however long the queue is (infeasible ones among them are marked when they
+reach the head).
+"""
 
 from __future__ import annotations
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision
-from elastisched.policies._common import fits
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, PendingReason
+from elastisched.policies._common import can_ever_fit, fits
 from elastisched.policies.base import Policy, PolicyContext, register
 
 
@@ -16,22 +24,22 @@ class FifoPolicy(Policy):
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         free = snap.free_by_type()
+        capacity = snap.capacity_by_type()
         running = snap.running_jobs()
         allocs: dict[str, Allocation] = {jid: j.allocation for jid, j in running.items()}
-        reasons: dict[str, str] = {}
-        blocked = False
+        reasons: dict[str, PendingReason] = {}
         for jid, job in snap.jobs.items():
             if jid in running:
                 continue
             spec = job.spec
-            if not blocked:
-                t = fits(free, spec.gpu_types, spec.num_gpus)
-                if t is not None:
-                    allocs[jid] = Allocation(num_gpus=spec.num_gpus, gpu_type=t)
-                    free[t] -= spec.num_gpus
-                    continue
-                blocked = True
-                reasons[jid] = "Resources"
-            else:
-                break  # everyone behind the blocked head waits for it ("Priority", the default reason)
+            if not can_ever_fit(capacity, spec.gpu_types, spec.num_gpus):
+                reasons[jid] = PendingReason.INFEASIBLE
+                continue
+            t = fits(free, spec.gpu_types, spec.num_gpus)
+            if t is not None:
+                allocs[jid] = Allocation(num_gpus=spec.num_gpus, gpu_type=t)
+                free[t] -= spec.num_gpus
+                continue
+            reasons[jid] = PendingReason.RESOURCES
+            break  # everyone behind the blocked head waits for it (PRIORITY, the default reason)
         return Decision(allocs, reasons)

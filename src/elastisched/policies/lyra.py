@@ -21,7 +21,9 @@ Readings (written down as the design asks):
 - Predicted remaining time `T(b+k)` = remaining work / goodput with b base GPUs packed on nodes of the type
   plus k extras where the placement puts them (see colocation below), at the job's own global batch and
   current epoch (the models' goodput; lyra.md §2.4 option (c)).
-  Without performance models (ctx.perf None) it is linear: remaining fraction × duration × num_gpus / n.
+  Each job is predicted with its own model (`JobView.model`, else its application in `ctx.perf`); a job with
+  neither is predicted linearly, for that job alone: remaining fraction × duration × num_gpus / n, may use
+  every GPU type the job allows, has no profile cap on growth and a 30 s restart cost.
 - Item value (`value`, lyra.md §7 row 8, whose "JCT reduction" is [P]). `"jct"`: the plain reduction
   `v(k) = T(b) − T_eff(k)`. `"rate"` (default): the gain in the job's completion rate,
   `v(k) = τ² (1/T_eff(k) − 1/T(b))` (τ = 3,600 s only scales values near seconds for the solver's tolerances),
@@ -29,9 +31,9 @@ Readings (written down as the design asks):
   event, not for the job's whole remaining time, and by Little's law the average JCT is the average number
   of jobs in the system over the arrival rate; Σ 1/T_j is the rate at which the current jobs complete, so
   maximising it each round is the greedy for the fewest jobs in the system. The plain reduction instead
-  hands extras to the longest jobs (DeepBoot's Aryl reimplementation, whose value grows with run time,
-  measured 42,310 s on its `small.csv`); on that workload our lyra measured 4,692 s with `"jct"` and
-  2,495 s with `"rate"` (docs/lyra.md); on the Philly reproduction, with colocation, within 1 % of each other.
+  hands extras to the longest jobs (as DeepBoot's Aryl reimplementation does, whose value grows with run
+  time); the measured effect of each value on DeepBoot's workload and on the Philly reproduction is in
+  docs/lyra.md (`reproduce lyra-deepboot --policies lyra,lyra_jct_value`).
   `T_eff(k) = T(b+k) + rescale_penalty × restart_cost` when k differs from a running job's current extras.
 - Colocation (`colocate`, default on; lyra.md §2.3 says extras go "preferably" to loaned servers, [P]):
   extras first fill free GPUs on the server that already holds most of the job's GPUs, and the prediction
@@ -57,6 +59,9 @@ Readings (written down as the design asks):
 - `compare_reclaim=True` also evaluates every reclaim method on each reclaim instance (logged in
   `reclaim_log` as `preempted_<method>`; MILP only up to `milp_max_servers` loaned servers) without
   changing the decision; `check_mckp=True` logs the phase-2 greedy and exact values of every round.
+- Pending reasons: INFEASIBLE when no GPU type the job may use (and its profile covers) has its base in the
+  cluster left after the reclaim; RESOURCES when its base does not fit the free GPUs; PLACEMENT when the
+  GPUs are free but the placement cannot put it on servers.
 - `Decision.next_round_at` is +inf: decisions change on events (arrival, completion, loan, reclaim); the
   periodic tick only re-runs rounds when `periodic=True`.
 """
@@ -69,15 +74,17 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, NodeId, Pool
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, NodeId, PendingReason, Pool
 from elastisched.loaning.placement import Want, place
 from elastisched.loaning.reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
-from elastisched.models.application import packed_shape
+from elastisched.models.application import Application, packed_shape
 from elastisched.policies import _mckp
+from elastisched.policies._common import can_ever_fit, job_model
 from elastisched.policies.base import Policy, PolicyContext, register
 
 INF = math.inf
 DEFAULT_DURATION = 3600.0  # linear fallback model: a job with no duration is taken to run an hour
+FALLBACK_RESTART_COST = 30.0  # linear fallback model: restart cost of a job without a model (seconds)
 VALUES = ("jct", "rate")
 RATE_SCALE = 3600.0  # "rate" values are RATE_SCALE² × Δ(1/T): a fixed scale that keeps them near seconds
 
@@ -125,22 +132,22 @@ class LyraPolicy(Policy):
         self.reclaim_log: list[dict[str, Any]] = []
         self.mckp_log: list[dict[str, float]] = []
         self._gp: dict[tuple[Any, ...], np.ndarray] = {}
+        self._gp_apps: dict[int, Application] = {}  # keeps the models keyed by id() in `_gp` alive
 
     # ------------------------------------------------------------------ predictions
-    def _rates(self, ctx: PolicyContext, job: JobView, t: str, base: int, k_max: int, per_node: int,
+    def _rates(self, app: Application, job: JobView, t: str, base: int, k_max: int, per_node: int,
                local: int = 0) -> np.ndarray:
         """Goodput (progress/s) with `base` GPUs plus k = 0..`k_max` extras of type t.
 
         The shape is where the placement will put them: with `local` > 0 (a running job whose main server can
         hold `local` of its GPUs) the first GPUs up to `local` on that server and the rest packed on others;
         otherwise (`local` 0) the extras on nodes of their own, `packed(base) + packed(k)`.
-        Cached per (app, type, batch, epoch, node size, base, local).
+        Cached per (model, type, batch, epoch, node size, base, local).
         """
         spec = job.spec
-        key = (spec.application, t, spec.batch_size, job.epoch, per_node, base, local)
+        key = (id(app), t, spec.batch_size, job.epoch, per_node, base, local)
         r = self._gp.get(key)
         if r is None or len(r) <= k_max:
-            app = ctx.perf.app(spec.application)  # type: ignore[union-attr]
             e = min(job.epoch, app.max_epochs - 1)
             have = 0 if r is None else len(r)
             shape0 = packed_shape(base, per_node)
@@ -156,18 +163,21 @@ class LyraPolicy(Policy):
             r = np.maximum(np.array(new), 1e-12) if r is None else np.concatenate([r, np.maximum(new, 1e-12)])
             if len(self._gp) > 50_000:
                 self._gp.clear()
+                self._gp_apps.clear()
             self._gp[key] = r
+            self._gp_apps[id(app)] = app
         return r
 
     def _times(self, ctx: PolicyContext, job: JobView, t: str, base: int, k_max: int, per_node: int,
                local: int = 0) -> np.ndarray:
         """Predicted remaining seconds with `base` + 0..k_max GPUs (`local`: see `_rates`)."""
-        if ctx.perf is None:
+        app = job_model(job, ctx)
+        if app is None:
             spec = job.spec
             work = (spec.duration or DEFAULT_DURATION) * spec.num_gpus * job.remaining_fraction
             return work / np.arange(base, base + k_max + 1, dtype=float)
         rem = max(job.total_work - job.progress, 0.0)
-        return rem / self._rates(ctx, job, t, base, k_max, per_node, local)[: k_max + 1]
+        return rem / self._rates(app, job, t, base, k_max, per_node, local)[: k_max + 1]
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
@@ -181,8 +191,10 @@ class LyraPolicy(Policy):
             if n.node_id not in gone:
                 free[n.gpu_type] = free.get(n.gpu_type, 0) + n.num_gpus
                 per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
+        capacity = dict(free)  # the cluster as it is after the reclaim
         admitted: list[_Job] = []
         pending: list[tuple[float, float, str, JobView, list[str]]] = []
+        reasons: dict[str, PendingReason] = {}
         for jid, job in snap.jobs.items():
             cur = job.allocation.placement
             if choice is not None and jid in choice.preempted:
@@ -199,13 +211,13 @@ class LyraPolicy(Policy):
                 admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), surv, disturbed))
                 continue
             types = self._types(ctx, job, free)
-            if not types:
-                continue
             base = spec.min_gpus if elastic else spec.num_gpus
+            if not types or not can_ever_fit(capacity, tuple(types), base):
+                reasons[jid] = PendingReason.INFEASIBLE
+                continue
             t0 = types[0]
             sjf = float(self._times(ctx, job, t0, base, 0, per_node[t0])[0])
             pending.append((sjf, spec.submit_time, jid, job, types))
-        reasons: dict[str, str] = {}
         pending.sort(key=lambda x: (x[0], x[1], x[2]))
         for _, _, jid, job, types in pending:
             spec = job.spec
@@ -213,7 +225,7 @@ class LyraPolicy(Policy):
             base = spec.min_gpus if elastic else spec.num_gpus
             fit = [t for t in types if free[t] >= base]
             if not fit:
-                reasons[jid] = "Resources"
+                reasons[jid] = PendingReason.RESOURCES
                 continue
             t = max(fit, key=lambda x: (x in train_types, free[x]))  # a training-server type first
             free[t] -= base
@@ -229,7 +241,7 @@ class LyraPolicy(Policy):
             if p:
                 allocs[j.view.job_id] = Allocation(p, 0, None, j.view.allocation.batch_size)
             else:
-                reasons[j.view.job_id] = "Placement"
+                reasons[j.view.job_id] = PendingReason.PLACEMENT
         return Decision(allocs, reasons, tuple(choice.servers) if choice else (),
                         None if self.periodic else INF)
 
@@ -258,8 +270,8 @@ class LyraPolicy(Policy):
         if not elastic:
             return base
         cap = job.spec.gpu_cap
-        if ctx.perf is not None:
-            app = ctx.perf.app(job.spec.application)
+        app = job_model(job, ctx)
+        if app is not None:
             if t not in app.gpu_types:
                 return base
             cap = min(cap, max(1, job.spec.batch_size // app.min_local_bsz))
@@ -268,9 +280,9 @@ class LyraPolicy(Policy):
     @staticmethod
     def _types(ctx: PolicyContext, job: JobView, free: dict[str, int]) -> list[str]:
         types = [t for t in free if not job.spec.gpu_types or t in job.spec.gpu_types]
-        if ctx.perf is not None:
-            known = ctx.perf.app(job.spec.application).gpu_types
-            types = [t for t in types if t in known]
+        app = job_model(job, ctx)
+        if app is not None:
+            types = [t for t in types if t in app.gpu_types]
         return types
 
     def _reclaim(self, snap: ClusterSnapshot, ctx: PolicyContext) -> ReclaimChoice:
@@ -308,7 +320,8 @@ class LyraPolicy(Policy):
                 eff = times.copy()  # predicted remaining time including the stall a rescale costs
                 if j.current and not j.disturbed and self.rescale_penalty > 0:
                     k_cur = sum(g for _, g in j.current) - j.base
-                    rc = ctx.perf.app(j.view.spec.application).restart_cost if ctx.perf is not None else 30.0
+                    app = job_model(j.view, ctx)
+                    rc = app.restart_cost if app is not None else FALLBACK_RESTART_COST
                     pen = np.full(len(eff), self.rescale_penalty * rc)
                     if 0 <= k_cur < len(eff):
                         pen[k_cur] = 0.0

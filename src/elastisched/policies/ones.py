@@ -15,65 +15,31 @@ Deviations from the artifact, each a flag whose default is the artifact's behavi
 request within one node); D2 `growth` = "double" (artifact) | "cap" (jump to the 4× cap); D3 `samples`: y_j
 from `JobView.samples_done` instead of epochs × epoch size; D4 `fitness` = "gpu_time" (artifact, A1) |
 "time" (remaining time, a left-out job counted at one GPU).
+
+No I/O: the predictor's bootstrap data (the artifact's `job_history.csv` as a feature table,
+`models.progress_predictor.history_table`) is loaded by the caller and handed over as `history=` or as
+`ctx.options["ones_history"]`; without it the predictor learns from finished jobs only. `require_history=True`
+turns its absence into a `ConfigError`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView
+from elastisched.core.errors import ConfigError
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, PendingReason
 from elastisched.models.online_throughput import OnlineThroughput
-from elastisched.models.progress_predictor import BetaProgressPredictor, features, history_table
+from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable, features
 from elastisched.policies import _ones_ops as ops
+from elastisched.policies._ones_ops import bootstrap_state, defer, job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
 
 EMPTY = ops.EMPTY
-
-
-def default_history() -> Path | None:
-    """`$ELASTISCHED_ONES_DATA/traces/job_history.csv`, else `<repo>/../shared/peer-data/ones/traces/...`."""
-    env = os.environ.get("ELASTISCHED_ONES_DATA")
-    cands = [Path(env) / "traces" / "job_history.csv"] if env else []
-    cands.append(Path(__file__).resolve().parents[3] / ".." / "shared" / "peer-data" / "ones" / "traces"
-                 / "job_history.csv")
-    return next((c for c in cands if c.is_file()), None)
-
-
-@lru_cache(maxsize=4)
-def _bootstrap(path: str, seed: int) -> dict[str, Any]:
-    p = BetaProgressPredictor(seed=seed)
-    p.add(*history_table(path))
-    p.fit()
-    return p.state_dict()
-
-
-def job_batch(spec: JobSpec, n: int) -> int:
-    """Global batch on n GPUs: local batch fixed, linear LR scaling capped at max_lr (ones.md §1)."""
-    a = spec.attrs
-    local = int(a.get("local_batch", max(1, spec.batch_size // max(spec.num_gpus, 1))))
-    lr, max_lr = a.get("lr"), a.get("max_lr")
-    if lr is None or max_lr is None or lr * n <= max_lr:
-        return local * n
-    return max(n, (int(local * max_lr / lr) // n) * n)
-
-
-def _defer(cur: np.ndarray, best: np.ndarray, blocked: np.ndarray) -> np.ndarray:
-    """Per-job δ throttle (docs/ones.md A14): blocked jobs keep their current slots; a job whose target slots
-    collide with a deferred job's current slots is deferred too (kept as is, or not started), until stable."""
-    deferred = blocked.copy()
-    while True:
-        keep = np.where(deferred[np.where(cur >= 0, cur, 0)] & (cur >= 0), cur, EMPTY)
-        take = np.where((best >= 0) & ~deferred[np.where(best >= 0, best, 0)], best, EMPTY)
-        clash = (keep >= 0) & (take >= 0)
-        if not clash.any():
-            return np.where(keep >= 0, keep, take)
-        deferred[np.unique(take[clash])] = True
+HISTORY_OPTION = "ones_history"  # context option carrying the predictor's bootstrap table (loaded by the caller)
+__all__ = ["EMPTY", "HISTORY_OPTION", "OnesPolicy", "job_batch"]
 
 
 @register
@@ -86,10 +52,10 @@ class OnesPolicy(Policy):
 
     def __init__(self, population: int = 16, xi: float = 0.5, theta: float = 0.3, delta_epochs: float = 1.0,
                  scale_gate_epochs: float = 2.0, artifact_scale_gate: bool = False, scale_down_factor: float = 1.0,
-                 cap_factor: int = 4, sample_rho: bool = True, history: str | Path | None = None,
+                 cap_factor: int = 4, sample_rho: bool = True, history: HistoryTable | None = None,
                  interval: float = 5.0, refit: bool = True, throttle: str = "global", throughput_limit: bool = True,
                  min_gain: float = 0.0, bootstrap: bool = True, start: str = "one", growth: str = "double",
-                 samples: bool = False, fitness: str = "gpu_time") -> None:
+                 samples: bool = False, fitness: str = "gpu_time", require_history: bool = False) -> None:
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
         if start not in ("one", "request", "node"):
@@ -105,8 +71,11 @@ class OnesPolicy(Policy):
         self.sd_factor, self.cap_factor, self.sample_rho = float(scale_down_factor), int(cap_factor), sample_rho
         self.interval = float(interval)  # type: ignore[misc]
         self.refit = refit
-        hist = Path(history) if history is not None else default_history()
-        self.history = str(hist) if hist is not None and bootstrap else None
+        if history is not None and not (isinstance(history, tuple) and len(history) == 2):
+            raise ConfigError("history", type(history).__name__, "must be the (features, rho) table from "
+                              "models.progress_predictor.history_table, loaded by the caller (policies do no I/O)")
+        self.bootstrap, self.require_history = bool(bootstrap), bool(require_history)
+        self.history: HistoryTable | None = history if bootstrap else None
         self.thr = OnlineThroughput()
         self.pred = BetaProgressPredictor()
         self._rng: np.random.Generator | None = None
@@ -123,8 +92,14 @@ class OnesPolicy(Policy):
     def _ensure(self, ctx: PolicyContext) -> np.random.Generator:
         if self._rng is None:
             self._rng = np.random.default_rng(ctx.seed)
-            if self.history is not None and not self.pred.params:
-                self.pred.load_state_dict(_bootstrap(self.history, ctx.seed))
+            table = self.history
+            if table is None and self.bootstrap:
+                table = ctx.options.get(HISTORY_OPTION)
+            if table is None and self.require_history:
+                raise ConfigError(HISTORY_OPTION, None, "ONES must bootstrap its progress predictor but no history "
+                                  "table was given (load job_history.csv with history_table, pass history=)")
+            if table is not None and self.bootstrap and not self.pred.params:
+                self.pred.load_state_dict(bootstrap_state(table, ctx.seed))
         return self._rng
 
     def on_finish(self, job_id: str, now: float) -> None:
@@ -356,7 +331,7 @@ class OnesPolicy(Policy):
         if full:
             out = best.copy()
         elif self.throttle == "job":
-            out = _defer(cur, best, blocked)
+            out = defer(cur, best, blocked)
         else:  # artifact: defer everything but immediate starts on idle GPUs
             out = cur.copy()
             for i in np.flatnonzero(~running):
@@ -375,7 +350,7 @@ class OnesPolicy(Policy):
         for col in (cur[diff], out[diff]):
             changed[col[col >= 0]] = True
         allocs: dict[str, Allocation] = {}
-        reasons: dict[str, str] = {}
+        reasons: dict[str, PendingReason] = {}
         self.slots = {}
         for i, job in enumerate(jobs):
             sl = np.flatnonzero(out == i)
@@ -383,14 +358,14 @@ class OnesPolicy(Policy):
             if sl.size == 0:
                 if job.gpus:
                     st["resume"] = st["max_size"]  # stopped: resume at max_size (worker_complete)
-                reasons[job.job_id] = "ONES: not in the best schedule" if full else "ONES: waiting (δ throttle)"
+                reasons[job.job_id] = PendingReason.NOT_SELECTED if full else PendingReason.THROTTLED
                 continue
             if job.gpus and not changed[i]:
                 self.slots[job.job_id] = sl.tolist()
                 allocs[job.job_id] = job.allocation
                 continue
             if not self._allowed(job, sl):
-                reasons[job.job_id] = "ONES: block lands on GPUs the job may not use"
+                reasons[job.job_id] = PendingReason.GPU_TYPE
                 continue
             self.slots[job.job_id] = sl.tolist()
             if sl.size != job.gpus:

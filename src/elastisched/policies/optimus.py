@@ -7,6 +7,11 @@ up to `target batch // min local batch` GPUs (ncf: 1). The global batch stays th
 Like the artifact, the step-time prediction uses the measured profile (an oracle) and counts at least one
 accumulation step on a single GPU; remaining steps come from the validation logs at the target batch.
 Jobs whose GPU count is unchanged keep their nodes; the others are re-placed smallest first.
+Ours: a job the workload marks elastic starts at its `min_gpus` instead of one GPU (the artifact's jobs all
+start at one); each job is predicted with its own model (`JobView.model`, else `ctx.perf`) and, Optimus
+having no model-free fallback, a job without one is a `ConfigError` naming the job and its application.
+Jobs left without GPUs wait for RESOURCES, or are INFEASIBLE when no type they may use has enough GPUs
+in the cluster at all.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ from __future__ import annotations
 import heapq
 import math
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.models.application import Application, packed_shape
-from elastisched.policies._common import fits, node_types
+from elastisched.policies._common import can_ever_fit, fits, node_types, require_model
 from elastisched.policies.base import Policy, PolicyContext, register
 
 
@@ -29,31 +34,36 @@ class OptimusPolicy(Policy):
     elastic = True
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
-        assert ctx.perf is not None, "optimus needs performance models"
         per_node = max((n.num_gpus for n in snap.nodes), default=1)
         free = snap.capacity_by_type()
+        capacity = snap.capacity_by_type()
+        reasons: dict[str, PendingReason] = {}
         n: dict[str, int] = {}
         gtype: dict[str, str] = {}
         heap: list[tuple[float, int, str]] = []
         order = {jid: i for i, jid in enumerate(snap.jobs)}
         info: dict[str, tuple[Application, JobView, float, int]] = {}
         for jid, job in snap.jobs.items():
+            app = require_model(job, ctx, self.name)
+            spec = job.spec
+            first = spec.min_gpus if spec.elastic else 1
             cur = job.allocation
             t = node_types(snap)[cur.placement[0][0]] if cur.gpus else None
-            if t is None or free.get(t, 0) < 1 or (job.spec.gpu_types and t not in job.spec.gpu_types):
-                t = fits(free, job.spec.gpu_types, 1)
+            if t is None or free.get(t, 0) < first or (spec.gpu_types and t not in spec.gpu_types):
+                t = fits(free, spec.gpu_types, first)
             if t is None:
+                ok = can_ever_fit(capacity, spec.gpu_types, first)
+                reasons[jid] = PendingReason.RESOURCES if ok else PendingReason.INFEASIBLE
                 continue
-            app = ctx.perf.app(job.spec.application)
             remaining = remaining_steps(app, job)
-            cap = 1 if app.name == "ncf" else max(1, job.spec.batch_size // app.min_local_bsz)
-            if job.spec.elastic and job.spec.max_gpus:
-                cap = min(cap, job.spec.max_gpus)
-            info[jid] = (app, job, remaining, cap)
-            n[jid], gtype[jid] = 1, t
-            free[t] -= 1
+            cap = 1 if app.name == "ncf" else max(1, spec.batch_size // app.min_local_bsz)
+            if spec.elastic and spec.max_gpus:
+                cap = min(cap, spec.max_gpus)
+            info[jid] = (app, job, remaining, max(cap, first))
+            n[jid], gtype[jid] = first, t
+            free[t] -= first
         for jid, (app, job, remaining, cap) in info.items():
-            g = self._gain(app, job, 1, cap, remaining, per_node)
+            g = self._gain(app, job, n[jid], cap, remaining, per_node)
             if g > 0:
                 heapq.heappush(heap, (-g, order[jid], jid))
         while heap and any(v > 0 for v in free.values()):
@@ -69,7 +79,7 @@ class OptimusPolicy(Policy):
         allocs: dict[str, Allocation] = {}
         for jid in sorted(n, key=lambda j: (n[j], order[j])):
             allocs[jid] = Allocation(num_gpus=n[jid], gpu_type=gtype[jid])
-        return Decision(allocs)
+        return Decision(allocs, reasons)
 
     @staticmethod
     def _gain(app: Application, job: JobView, k: int, cap: int, remaining: float, per_node: int) -> float:

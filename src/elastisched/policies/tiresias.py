@@ -5,6 +5,10 @@
 - Each round, jobs are admitted in queue order (queue 0, then 1) while their requested GPUs fit; a job that
   does not fit is skipped (later, smaller jobs may still run) and loses its GPUs if it had them.
 - Starvation handling is off (the artifact's `_solve_starvation = 0`).
+- Pending reasons (ours): RESOURCES for a job skipped because its GPUs are not free, INFEASIBLE for a job
+  that can never fit (more GPUs than any type it may use has in the cluster; skipped like the others).
+  Once no GPU is left the round stops, as the artifact's does: the jobs after that wait for PRIORITY (no
+  reason), which keeps a round O(admitted jobs) on a long queue.
 Reading: the artifact counts service by integer wall seconds since the job's last status change times its
 GPU count; we use the engine's attained GPU-seconds, which is the same quantity without rounding.
 """
@@ -13,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec
-from elastisched.policies._common import fits, node_types, take
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, PendingReason
+from elastisched.policies._common import can_ever_fit, fits, node_types, take
 from elastisched.policies.base import Policy, PolicyContext, register
 
 INF = float("inf")
@@ -58,8 +62,10 @@ class TiresiasPolicy(Policy):
             del self._q0[jid]
             self._q1[jid] = None
         free = snap.capacity_by_type()
+        capacity = snap.capacity_by_type()
         total_free = sum(free.values())
         allocs: dict[str, Allocation] = {}
+        reasons: dict[str, PendingReason] = {}
         wake = INF
         for q in (self._q0, self._q1):
             for jid in q:
@@ -67,6 +73,9 @@ class TiresiasPolicy(Policy):
                     break
                 job = snap.jobs[jid]
                 need = job.spec.num_gpus
+                if not can_ever_fit(capacity, job.spec.gpu_types, need):
+                    reasons[jid] = PendingReason.INFEASIBLE
+                    continue
                 cur = job.allocation
                 if cur.gpus:
                     t = node_types(snap)[cur.placement[0][0]]
@@ -84,7 +93,9 @@ class TiresiasPolicy(Policy):
                     total_free -= need
                     if q is self._q0:
                         wake = min(wake, now + self.threshold / need)
-        return Decision(allocs, next_round_at=wake)
+                else:
+                    reasons[jid] = PendingReason.RESOURCES
+        return Decision(allocs, reasons, next_round_at=wake)
 
     def state_dict(self) -> dict[str, Any]:
         return {"q0": list(self._q0), "q1": list(self._q1), "threshold": self.threshold}

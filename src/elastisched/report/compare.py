@@ -14,9 +14,14 @@ from typing import Any
 
 import pandas as pd
 
-from elastisched.report import html, plots
+from elastisched.report import html
 from elastisched.sim.metrics import SimResult
 
+#: the HTML summary's columns, header with unit (summary.csv keeps every SUMMARY_COLUMNS column)
+REPORT_COLUMNS = {"policy": "policy", "n_jobs": "jobs", "avg_jct": "avg JCT (s)", "median_jct": "median JCT (s)",
+                  "p95_jct": "p95 JCT (s)", "avg_queue": "avg queue (s)", "makespan": "makespan (s)",
+                  "gpu_util_pct": "GPU utilisation (%)", "restarts": "restarts (count)",
+                  "preemptions": "preemptions (count)", "wall_seconds": "wall (s)"}
 SUMMARY_COLUMNS = ["policy", "n_jobs", "avg_jct", "median_jct", "p95_jct", "p99_jct", "avg_queue", "makespan",
                    "gpu_utilization", "restarts", "preemptions", "decision_ms_p50", "decision_ms_max",
                    "wall_seconds"]
@@ -38,17 +43,41 @@ def write_run(out: Path, result: SimResult) -> None:
 def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping[str, Any],
                    extra_sections: list[tuple[str, str]] | None = None) -> dict[str, bytes | str]:
     """Files of a comparison, by name (nothing written yet)."""
+    from elastisched.report import plots  # matplotlib: only when there is something to plot (not `sim run`)
+
     rows = [r.summary for r in results.values()]
     summary = pd.DataFrame(rows)[[c for c in SUMMARY_COLUMNS if c in rows[0]]]
     cdf = plots.jct_cdf(results)
     loaned = any(r.timeline["loaned_servers"].max() > 0 for r in results.values() if len(r.timeline))
     util = plots.utilisation_timeline(results, loaned=loaned)
-    sections = [("Summary", html.table(rows, SUMMARY_COLUMNS)),
+    shown = [{**r, "gpu_util_pct": 100 * r["gpu_utilization"]} for r in rows]  # as the terminal shows it
+    sections = [("Summary", html.unit_table(REPORT_COLUMNS, shown)),
                 ("Job completion time", html.img(cdf, "JCT CDF")),
                 ("Utilisation", html.img(util, "utilisation timeline"))]
+    sections.insert(0, ("Verdict", overview(results)))
     sections += extra_sections or []
     return {"summary.csv": summary.to_csv(index=False), "jct_cdf.png": cdf, "utilization.png": util,
             "report.html": html.page(title, sections, config)}
+
+
+def overview(results: Mapping[str, SimResult]) -> str:
+    """Which policy wins on average JCT and by how much, and what was simulated (workload, cluster)."""
+    from html import escape
+
+    ok = {n: r.summary for n, r in results.items() if r.summary.get("n_finished")}
+    first = next(iter(results.values())).summary
+    cl = first.get("cluster", {})
+    what = (f"{first.get('n_jobs', 0):,} jobs of {escape(str(first.get('workload', '?')))} on "
+            f"{cl.get('nodes', '?')} nodes, {cl.get('gpus', '?')} GPUs ({', '.join(cl.get('types', []))}).")
+    if not ok:
+        return f"<p>{what} No policy finished a job.</p>"
+    best = min(ok, key=lambda n: ok[n]["avg_jct"])
+    b = ok[best]["avg_jct"]
+    others = "; ".join(f"{escape(n)} {s['avg_jct'] / b:.2f}× longer" for n, s in ok.items() if n != best)
+    unfinished = [n for n, r in results.items() if r.summary.get("n_finished", 0) < r.summary.get("n_jobs", 0)]
+    note = (f" Not every job finished under: {', '.join(map(escape, unfinished))}." if unfinished else "")
+    return (f"<p><b>{escape(best)}</b> has the lowest average JCT, {b:,.0f} s"
+            + (f" ({others})" if others else "") + f".{note}</p><p>{what}</p>")
 
 
 def write_files(out: Path, files: Mapping[str, bytes | str]) -> None:

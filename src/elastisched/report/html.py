@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,36 @@ def _fmt(v: Any) -> str:
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def decimals(values: Sequence[Any]) -> int:
+    """One precision for a whole column: fewer decimals the larger its numbers (no exponent notation)."""
+    nums = [abs(v) for v in values if isinstance(v, float) and math.isfinite(v)]
+    big = max(nums, default=0.0)
+    return 0 if big >= 1000 else 1 if big >= 10 else 3 if big >= 0.1 or not nums else 4
+
+
+def cell(v: Any, digits: int) -> str:
+    """Plain text of one value: thousands separators, `digits` decimals for floats, yes/no for booleans."""
+    if v is None or v == "":
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}" if math.isfinite(v) else str(v)
+    return str(v)
+
+
+def unit_table(columns: Mapping[str, str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """A table whose headers (`columns`: key → header with unit) carry the units and whose numbers have one
+    fixed precision per column."""
+    digits = {k: decimals([r.get(k) for r in rows]) for k in columns}
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in columns.values())
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell(r.get(k), digits[k]))}</td>" for k in columns)
+                   + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 

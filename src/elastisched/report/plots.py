@@ -86,16 +86,19 @@ def utilisation_timeline(results: Mapping[str, SimResult], loaned: bool = False,
     return _png(fig)
 
 
-def bar(values: Mapping[str, float], title: str, ylabel: str, reference: Mapping[str, float] | None = None) -> bytes:
+def bar(values: Mapping[str, float], title: str, ylabel: str, reference: Mapping[str, float] | None = None,
+        xlabel: str = "", reference_label: str = "reference") -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names = list(values)
     x = np.arange(len(names))
     w = 0.4 if reference else 0.6
     ax.bar(x - (w / 2 if reference else 0), [values[n] for n in names], w, label="elastisched")
     if reference:
-        ax.bar(x + w / 2, [reference.get(n, np.nan) for n in names], w, label="reference")
+        ax.bar(x + w / 2, [reference.get(n, np.nan) for n in names], w, label=reference_label)
         ax.legend()
     ax.set_xticks(x, names, rotation=30, ha="right")
+    if xlabel:
+        ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")

@@ -30,6 +30,7 @@ from elastisched.service.auth import TOKEN_RE, Authenticator, Principal
 from elastisched.service.daemon import Service
 from elastisched.service.dashapi import add_routes
 from elastisched.service.logstream import Follows
+from elastisched.service.schema import LEGACY_STATES
 from elastisched.service.schemas import (
     JOB_ID,
     BodyTooLarge,
@@ -215,7 +216,7 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
                   limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> list[dict[str, Any]]:
         states = [s.strip().upper() for s in state.split(",")] if state else None
         for s in states or ():
-            if s not in STATES:
+            if s not in STATES and s not in LEGACY_STATES:  # older names (STARTING, RESIZING) still filter
                 raise _422(f"state: {s[:40]!r} is not a job state; one of {', '.join(STATES)}")
         return [job_json(r) for r in store.list_jobs(states, limit, owner=None if who.admin else who.user)]
 
@@ -293,6 +294,19 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
         names: list[tuple[str, str, int]] = []
         k = 0
         t = req.gpu_type.lower()
+        loanable = getattr(service.backend, "loanable", None)
+        if loanable is not None:  # Ray: a loan names real nodes of the loanable pool (their own GPU count)
+            busy = {r["node_id"] for r in store.list_loans(("LOANED",))}
+            names = [(n.node_id, n.gpu_type, n.num_gpus) for n in loanable()
+                     if n.node_id not in busy and n.gpu_type == t][:req.nodes]
+            if len(names) < req.nodes:
+                raise _422(f"nodes: {req.nodes} exceeds the {len(names)} free loanable Ray nodes of type {t}")
+            for nid, _, _ in (again := [n for n in names if n[0] in taken]):  # lent before, returned since
+                store.update_loan(nid, state="LOANED", offered_at=time.time(), returned_at=None)
+                store.add_event(None, "loan_offered", {"node": nid, "again": True})
+            out = store.add_loans([n for n in names if n not in again])
+            service.wake()
+            return out + [r for r in store.list_loans() if r["node_id"] in {n for n, _, _ in again}]
         while len(names) < req.nodes:
             nid = f"loan-{t}-{k}"
             if nid not in taken:

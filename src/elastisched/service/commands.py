@@ -90,6 +90,8 @@ def register(app: typer.Typer) -> None:
         max_follows: int = typer.Option(32, "--max-follows", min=1, help="concurrent `logs --follow` streams"),
         profiles: Path = typer.Option(None, "--profiles", help="measured profiles (elastisched profile), one dir "
                                       "per application, used as performance models next to the bundled ones"),
+        backend: str = typer.Option("local", "--backend", help="local (processes here) or ray (docs/ray.md)"),
+        ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --backend ray: auto or HOST:PORT"),
     ) -> None:
         """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
         from elastisched.core.errors import ConfigError, ElastischedError
@@ -101,7 +103,7 @@ def register(app: typer.Typer) -> None:
             tok = _serve_banner(host, port, workdir, policy, cluster)
             run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, token=tok,
                 scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
-                profiles=None if profiles is None else str(profiles))
+                profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address)
         except ElastischedError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

@@ -8,7 +8,6 @@ and wake the loop, so a slow checkpoint never blocks a request.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -17,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.backends.base import Backend, BackendEvent, JobHints, JobRetried, JobStarted
-from elastisched.core.clock import WallClock
-from elastisched.core.errors import UnknownPolicyError
+from elastisched.backends.base import Backend, BackendEvent, GenerationEnded, JobHints, JobStarted, NodesChanged
+from elastisched.core.clock import Clock, WallClock
 from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
 from elastisched.core.types import (
     NO_ALLOCATION,
@@ -29,59 +27,33 @@ from elastisched.core.types import (
     JobSpec,
     JobView,
     NodeView,
+    PendingReason,
     Pool,
 )
-from elastisched.engine.loop import Engine
-from elastisched.policies.base import Policy, PolicyContext, make_policy
-from elastisched.service.progress import ProgressTracker
+from elastisched.engine.loop import Engine, RoundResult
+from elastisched.engine.reclaim import admin_resize
+from elastisched.models.application import Application
+from elastisched.policies.base import Policy, PolicyContext
+from elastisched.service.launches import Launches
+from elastisched.service.progress import LiveJobs
 from elastisched.service.store import TERMINAL, Store
+from elastisched.service.submission import job_spec, placement, policy_named, stored_reason
 
 log = logging.getLogger("elastisched.service")
-DEFAULT_DURATION_S = 600.0
-
-
-def _placement(p: Sequence[Sequence[Any]]) -> tuple[tuple[str, int], ...]:
-    return tuple((str(n), int(k)) for n, k in p)
-
-
-def job_spec(row: dict[str, Any], s: dict[str, Any], epoch: float) -> JobSpec:
-    """The JobSpec a policy sees. An admin resize pins the job to that size (min = max = num)."""
-    pinned = row.get("resize_to")
-    n = int(pinned or s["num_gpus"])
-    return JobSpec(job_id=row["id"], submit_time=row["submit_time"] - epoch,
-                   application=str(s.get("application") or row["name"]),
-                   num_gpus=n, batch_size=int(s.get("batch_size") or 1),
-                   min_gpus=n if pinned else int(s.get("min_gpus") or n),
-                   max_gpus=n if pinned else int(s.get("max_gpus") or n),
-                   elastic=bool(s.get("elastic")) and not pinned, gpu_types=tuple(s.get("gpu_types") or ()),
-                   work_scale=float(s.get("work_scale") or 1.0),
-                   duration=float(s.get("duration") or DEFAULT_DURATION_S))
-
-
-def _make_policy(name: str) -> Policy:
-    """A registered policy; a policy module not yet imported by `elastisched.policies` is imported by name."""
-    try:
-        return make_policy(name)
-    except UnknownPolicyError:
-        if not name.isidentifier():
-            raise
-        try:
-            importlib.import_module(f"elastisched.policies.{name}")
-        except ImportError:
-            raise UnknownPolicyError(f"unknown policy {name!r}") from None
-        return make_policy(name)
 
 
 class Service:
     """Engine + store + backend. `start()` recovers from the store and runs the loop in a thread."""
 
-    def __init__(self, store: Store, nodes: tuple[NodeView, ...], backend: Backend, policy: str = "fifo",
-                 *, tick_s: float = 0.5, seed: int = 0, profiles_dir: str | None = None) -> None:
+    def __init__(self, store: Store, nodes: tuple[NodeView, ...], backend: Backend, policy: str | Policy = "fifo",
+                 *, tick_s: float = 0.5, seed: int = 0, profiles_dir: str | None = None,
+                 clock: Clock | None = None, models: Any = None, max_retries: int = 2) -> None:
         self.store = store
+        self.launches = Launches(store, max_retries)  # generations: planned before, recorded after the backend
         self.base_nodes = nodes
         self.backend = backend
-        self.policy_name = policy
-        self.policy = _make_policy(policy)
+        self.policy = policy_named(policy) if isinstance(policy, str) else policy
+        self.policy_name = self.policy.name
         self.engine = Engine(self.policy, PolicyContext(perf=None, rng=np.random.default_rng(seed), seed=seed))
         self.tick_s = tick_s
         epoch = store.get_meta("epoch")
@@ -89,8 +61,8 @@ class Service:
             epoch = time.time()
             store.set_meta("epoch", epoch)
         self.epoch = float(epoch)
-        self.clock = WallClock(offset=time.time() - self.epoch)
-        state = store.get_meta(f"policy_state:{policy}")
+        self.clock: Clock = clock or WallClock(offset=time.time() - self.epoch)
+        state = store.get_meta(f"policy_state:{self.policy_name}")
         if state:
             try:
                 self.policy.load_state_dict(state)
@@ -99,26 +71,29 @@ class Service:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._views: dict[str, tuple[tuple[Any, ...], JobView]] = {}  # last view per job and what it was built from
-        self._attained: dict[str, list[float]] = {}  # [GPU-seconds, run seconds, since (clock), GPUs held since]
         self._specs: dict[str, tuple[int | None, JobSpec]] = {}  # immutable but for an admin size (resize_to)
         self.min_round_gap_s = min(0.25, tick_s)  # a burst of submissions costs one round, not one each
         self._reasons: dict[str, str | None] = {}
         self._requests: list[dict[str, Any]] = []
-        self._perf: Any = None
+        self._perf: Any = models
         self.profiles_dir = profiles_dir
-        self.progress = ProgressTracker()  # engine-owned progress of jobs with a profiled application
+        self.jobs = LiveJobs(self._model_of)  # the engine's bookkeeping (JobState) per active job
         self._nodes: tuple[tuple[tuple[str, str, int], ...], tuple[NodeView, ...]] | None = None
         self._apps: set[str] | None = None
         self._dirty = True
-        self._last_round = 0.0
+        self._last_round = -float("inf")
         self.rounds = 0
         self.round_latency_s = 0.0  # policy + engine time of the last round
         self.last_error: str | None = None
+        self.on_round: Any = None  # observer of (snapshot, RoundResult), as `SimConfig.on_round`
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        self._handle(self.backend.recover())
+        try:  # a broken job or record must never keep the service from starting
+            self._handle(self.backend.recover(self.launches.records()) + self.launches.unsettled())
+        except Exception as e:
+            self.last_error = f"recovery: {type(e).__name__}: {e}"
+            log.exception("recovery failed")
         self._thread = threading.Thread(target=self._run, name="elastisched-engine", daemon=True)
         self._thread.start()
 
@@ -146,12 +121,12 @@ class Service:
             self._wake.wait(self.tick_s)
             self._wake.clear()
             if self._dirty:  # coalesce a burst of wake-ups into the next round
-                time.sleep(max(0.0, self.min_round_gap_s - (time.monotonic() - self._last_round)))
+                time.sleep(max(0.0, self.min_round_gap_s - (self.clock.now() - self._last_round)))
 
     # ------------------------------------------------------------------ one step
     def nodes(self) -> tuple[NodeView, ...]:
-        """Training nodes plus servers on loan; the same tuple while loans do not change (the engine's
-        placer and capacity caches are keyed by the tuple's identity)."""
+        """Training nodes plus servers on loan, in loan order; the same tuple while loans do not change (the
+        engine's placer and capacity caches are keyed by the tuple's identity)."""
         key = tuple((r["node_id"], r["gpu_type"], int(r["num_gpus"])) for r in self.store.list_loans(("LOANED",)))
         if self._nodes is None or self._nodes[0] != key:
             loaned = [NodeView(n, t, g, Pool.LOANABLE, 0) for n, t, g in key]
@@ -172,14 +147,17 @@ class Service:
             self._resizes()
         pending_reclaims = self.store.list_reclaims(("PENDING",))
         interval = self.policy.interval
-        due = interval is not None and time.monotonic() - self._last_round >= interval
-        gap_ok = time.monotonic() - self._last_round >= self.min_round_gap_s
+        now = self.clock.now()
+        due = interval is not None and now - self._last_round >= interval
+        gap_ok = now - self._last_round >= self.min_round_gap_s
         if (self._dirty and gap_ok) or due or pending_reclaims:
             self._dirty = False
-            self._last_round = time.monotonic()
+            self._last_round = now
             self._round(pending_reclaims)
 
     def snapshot(self, nodes: tuple[NodeView, ...], reclaim_demand: int = 0) -> ClusterSnapshot:
+        """The policy's view, from the store's rows and the engine's `JobState` of each job (as the
+        simulator's: running jobs are brought up to now when the policy reads progress)."""
         jobs: dict[str, JobView] = {}
         rows = self.store.active_light()
         missing = [r["id"] for r in rows if self._specs.get(r["id"], (0,))[0] != r["resize_to"]]
@@ -187,63 +165,71 @@ class Service:
             raw = self.store.specs(missing)
             for r in rows:
                 if r["id"] in raw:
-                    self._specs[r["id"]] = (r["resize_to"], job_spec(r, raw[r["id"]], self.epoch))
+                    self._specs[r["id"]] = (r["resize_to"], job_spec(r["id"], r["name"], r["submit_time"] - self.epoch,
+                                                                     raw[r["id"]], r["resize_to"]))
         now = self.clock.now()
+        types = {n.node_id: n.gpu_type for n in nodes}
+        fresh = self.policy.needs_progress
         for row in rows:
             if row["cancel_requested"] or row["held"]:
                 continue
             jid = row["id"]
-            place = _placement(row["placement"]) if row["placement"] else ()
-            spec = self._specs[jid][1]
-            key = (place, row["batch_size"], row["start_time"], row["restarts"], spec)
-            cached = self._views.get(jid)
-            if cached is not None and cached[0] == key:  # unchanged job: same view (a long queue costs ~nothing)
-                jobs[jid] = cached[1]
-                continue
-            # Attained service: GPU-seconds held so far, folded in at each change of placement; the view is
-            # stamped at the change (`updated_at`), so `JobView.attained(now)` adds the time since.
-            acc = self._attained.setdefault(jid, [0.0, 0.0, now, 0])
-            dt = max(0.0, now - acc[2])
-            acc[0] += dt * acc[3]
-            acc[1] += dt if acc[3] else 0.0
-            acc[2], acc[3] = now, sum(k for _, k in place)
-            alloc = Allocation(placement=place, batch_size=row["batch_size"]) if place else NO_ALLOCATION
-            view = JobView(
-                spec=spec, phase=JobPhase.RUNNING if place else JobPhase.PENDING, allocation=alloc, updated_at=now,
-                attained_service=acc[0], run_time=acc[1],
-                start_time=None if row["start_time"] is None else row["start_time"] - self.epoch,
-                num_restarts=int(row["restarts"]), batch_size=int(row["batch_size"] or 0))
-            self._views[jid] = (key, view)
-            jobs[jid] = view
+            place = placement(row["placement"]) if row["placement"] else ()
+            st = self.jobs.sync(self._specs[jid][1], place, row["batch_size"], now, types, int(row["restarts"]))
+            if fresh and place:
+                st.advance(now)
+            jobs[jid] = st.make_view(now)
         return ClusterSnapshot(now, nodes, jobs, reclaim_demand)
 
-    def with_progress(self, snap: ClusterSnapshot, perf: Any) -> ClusterSnapshot:
-        return self.progress.with_progress(snap, perf)
+    def _model_of(self, spec: JobSpec) -> Application | None:
+        """The job's own performance model, None when its application has no profile (the policy's model-free
+        fallback then applies to this job alone); the models are loaded on the first profiled job."""
+        if spec.application not in self.known_apps():
+            return None
+        perf = self.models()
+        self.engine.ctx.perf = perf
+        return perf.app(spec.application) if spec.application in perf else None
 
     def _round(self, reclaims: list[dict[str, Any]]) -> None:
         nodes = self.nodes()
         loaned = [n for n in nodes if n.pool is Pool.LOANABLE]
         demand = min(sum(int(r["count"]) for r in reclaims), len(loaned))
         snap = self.snapshot(nodes, demand)
-        self.engine.ctx.perf = self._perf_for(snap)
-        if self.engine.ctx.perf is not None:
-            snap = self.with_progress(snap, self.engine.ctx.perf)
         res = self.engine.round(snap)
         self.rounds += 1
         self.round_latency_s = res.latency_s
-        actions = list(res.actions)
-        returned: list[str] = []
+        if self.on_round is not None:
+            self.on_round(snap, res)
+        actions = self.launches.prepare(list(res.actions))
+        returned = list(res.reclaim.servers) if res.reclaim is not None else []
+        why = res.decision.reasons
+        reasons = {jid: stored_reason(why.get(jid)) for jid, j in snap.jobs.items() if not j.is_running}
+        self._persist(snap, res, actions, returned, reasons)
+        for a in actions:
+            if a.kind is ActionKind.SUSPEND:
+                self.store.update_job(a.job_id, state="SUSPENDED", placement=[], reason=PendingReason.PREEMPTED.value)
+        self._apply(actions, snap.now)
         if reclaims:
-            returned = self._choose_reclaim(snap, res.decision.reclaim, loaned, demand)
-            actions = self._vacate(snap, actions, set(returned))
-        reasons = {jid: res.decision.reasons.get(jid, "Priority") for jid, j in snap.jobs.items()
-                   if not j.is_running}
-        with self.store.tx() as c:  # persist the decision and its actions before acting on them
+            with self.store.tx() as c:
+                t = time.time()
+                for n in returned:
+                    self.store.update_loan(n, conn=c, state="RETURNED", returned_at=t)
+                for r in reclaims:
+                    self.store.update_reclaim(int(r["id"]), conn=c, state="DONE", nodes=returned, done_at=t)
+                self.store.add_event(None, "nodes_returned", {"nodes": returned}, conn=c)
+            self._dirty = True
+        if actions:
+            self._save_policy_state()
+
+    def _persist(self, snap: ClusterSnapshot, res: RoundResult, actions: list[Action], returned: list[str],
+                 reasons: dict[str, str]) -> None:
+        """Write the decision, its actions and the pending reasons before anything acts on them."""
+        with self.store.tx() as c:
             if actions or returned:
                 self.store.add_event(None, "decision", {
                     "time": snap.now, "policy": self.policy_name, "latency_s": res.latency_s,
                     "allocations": {j: [list(p) for p in a.placement] for j, a in res.allocations.items()},
-                    "reasons": dict(res.decision.reasons), "reclaim": returned}, conn=c)
+                    "reasons": {j: str(r) for j, r in res.decision.reasons.items()}, "reclaim": returned}, conn=c)
             for a in actions:
                 self.store.add_event(a.job_id, "action", {
                     "kind": a.kind.value, "placement": [list(p) for p in a.allocation.placement],
@@ -253,62 +239,15 @@ class Service:
             if changed:  # one executemany: a burst of submissions queues hundreds at once
                 self.store.set_reasons(changed, conn=c)
                 self._reasons.update(changed)
-        self.backend.apply(actions)
-        for a in actions:
-            if a.kind is ActionKind.SUSPEND:
-                self.store.update_job(a.job_id, state="SUSPENDED", placement=[], reason="Preempted")
-        if reclaims:
-            with self.store.tx() as c:
-                now = time.time()
-                for n in returned:
-                    self.store.update_loan(n, conn=c, state="RETURNED", returned_at=now)
-                for r in reclaims:
-                    self.store.update_reclaim(int(r["id"]), conn=c, state="DONE", nodes=returned, done_at=now)
-                self.store.add_event(None, "nodes_returned", {"nodes": returned}, conn=c)
-            self._dirty = True
-        if actions:
-            self._save_policy_state()
-
-    @staticmethod
-    def _choose_reclaim(snap: ClusterSnapshot, chosen: Sequence[str], loaned: Sequence[NodeView],
-                        demand: int) -> list[str]:
-        """The policy's choice (Lyra), completed for policies that do not choose: least-used servers first."""
-        ids = {n.node_id for n in loaned}
-        out = [n for n in chosen if n in ids][:demand]
-        used: dict[str, int] = {}
-        for j in snap.running_jobs().values():
-            for n, k in j.allocation.placement:
-                used[n] = used.get(n, 0) + k
-        for n in sorted(loaned, key=lambda v: (used.get(v.node_id, 0), v.node_id)):
-            if len(out) >= demand:
-                break
-            if n.node_id not in out:
-                out.append(n.node_id)
-        return out
-
-    @staticmethod
-    def _vacate(snap: ClusterSnapshot, actions: list[Action], returned: set[str]) -> list[Action]:
-        """No job may keep or get GPUs on a returned server: a policy that scaled the job in elsewhere
-        keeps its resize; otherwise the job is suspended (checkpointed preemption) and queues again."""
-        out: list[Action] = []
-        touched: set[str] = set()
-        for a in actions:
-            touched.add(a.job_id)
-            if not set(a.allocation.nodes) & returned:
-                out.append(a)
-            elif a.previous.placement:
-                out.append(Action(ActionKind.SUSPEND, a.job_id, NO_ALLOCATION, a.previous))
-        for jid, j in snap.running_jobs().items():
-            if jid not in touched and set(j.allocation.nodes) & returned:
-                out.append(Action(ActionKind.SUSPEND, jid, NO_ALLOCATION, j.allocation))
-        return out
 
     # ------------------------------------------------------------------ requests
     def _cancels(self) -> None:
         for row in self._requests:
             if row["cancel_requested"]:
                 if row["placement"]:
+                    self.launches.stopping(row["id"])
                     self.backend.cancel(row["id"])
+                    self._handle(self.backend.poll())
                 self.store.update_job(row["id"], state="CANCELLED", placement=[], end_time=time.time(),
                                       reason=None)
                 self._forget(row["id"])
@@ -320,103 +259,99 @@ class Service:
         stop = [r for r in self._requests if r["held"] and not r["cancel_requested"]
                 and (r["placement"] or r["state"] != "SUSPENDED")]
         for row in stop:
-            place = _placement(row["placement"])
+            place = placement(row["placement"])
             if place:
                 prev = Allocation(placement=place, batch_size=row["batch_size"])
                 self.store.add_event(row["id"], "action", {"kind": "suspend", "placement": [],
                                                            "previous": [list(p) for p in place], "user": True})
-                self.backend.apply([Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev)])
-            self.store.update_job(row["id"], state="SUSPENDED", placement=[], reason="Held")
+                self.launches.stopping(row["id"])
+                self._apply([Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev)])
+            self.store.update_job(row["id"], state="SUSPENDED", placement=[], reason=PendingReason.HELD.value)
             self._reasons.pop(row["id"], None)
-            # Fold attained service up to now and hold it at 0 GPUs: the held time is not service.
-            acc = self._attained.get(row["id"])
-            if acc is not None:
-                now = self.clock.now()
-                acc[0] += max(0.0, now - acc[2]) * acc[3]
-                acc[1] += max(0.0, now - acc[2]) if acc[3] else 0.0
-                acc[2], acc[3] = now, 0
-            self._views.pop(row["id"], None)
+            self.jobs.stop(row["id"], self.clock.now())  # the held time is not service
             self._dirty = True
 
     def _resizes(self) -> None:
-        """Admin resizes (`POST /v1/jobs/{id}:resize`) of running jobs: best-fit on free slots of the job's
-        GPU type, its own nodes first; the job then stays pinned at that size."""
+        """Admin resizes (`POST /v1/jobs/{id}:resize`) of running jobs, through the engine (`engine.reclaim.
+        admin_resize`: its placer on the GPU type the job runs on, then the invariant check); the job then
+        stays pinned at that size. One that does not fit now waits with reason ResizePending."""
         rows = [r for r in self._requests if r["resize_to"] and r["placement"] and not r["cancel_requested"]
-                and not r["held"]]
+                and not r["held"] and sum(int(k) for _, k in r["placement"]) != int(r["resize_to"])]
         if not rows:
             return
         nodes = self.nodes()
-        free = {n.node_id: n.num_gpus for n in nodes}
-        for r in self.store.active_jobs():
-            for n, k in r["placement"]:
-                if n in free:
-                    free[n] -= int(k)
         for row in rows:
-            cur = _placement(row["placement"])
-            want = int(row["resize_to"])
-            if sum(k for _, k in cur) == want:
+            snap = self.snapshot(nodes)
+            act = admin_resize(snap, row["id"], int(row["resize_to"]))
+            act = self.launches.plan(act) if act is not None else None
+            if act is None:
+                self.store.update_job(row["id"], reason=PendingReason.RESIZE_PENDING.value,
+                                      message=f"resize to {row['resize_to']} GPUs does not fit now")
                 continue
-            gtype = {n.node_id: n.gpu_type for n in nodes}.get(cur[0][0])
-            avail = {n: free[n] + dict(cur).get(n, 0) for n in free if gtype is None or
-                     next(v for v in nodes if v.node_id == n).gpu_type == gtype}
-            order = sorted(avail, key=lambda n: (n not in dict(cur), -avail[n], n))
-            place: list[tuple[str, int]] = []
-            left = want
-            for n in order:
-                if left <= 0:
-                    break
-                k = min(avail[n], left)
-                if k > 0:
-                    place.append((n, k))
-                    left -= k
-            if left > 0:
-                self.store.update_job(row["id"], reason=f"ResizePending: {want} GPUs do not fit now")
-                continue
-            new = Allocation(placement=tuple(place), batch_size=row["batch_size"])
-            prev = Allocation(placement=cur, batch_size=row["batch_size"])
-            self.store.add_event(row["id"], "action", {"kind": "resize", "placement": [list(p) for p in place],
-                                                       "previous": [list(p) for p in cur], "admin": True})
-            self.backend.apply([Action(ActionKind.RESIZE, row["id"], new, prev)])
-            for n, k in cur:
-                free[n] += k
-            for n, k in place:
-                free[n] -= k
+            self.store.add_event(row["id"], "action", {
+                "kind": "resize", "placement": [list(p) for p in act.allocation.placement],
+                "previous": [list(p) for p in act.previous.placement], "admin": True})
+            self._apply([act], snap.now)
             self._dirty = True
 
     # ------------------------------------------------------------------ events
+    def _apply(self, actions: Sequence[Action], now: float | None = None) -> None:
+        """Hand actions to the backend, apply them to the engine's bookkeeping (as the simulator does when
+        it applies them), then record at once what the backend reports (PIDs, generations stopped)."""
+        self.backend.apply(actions)
+        now = self.clock.now() if now is None else now
+        types = {n.node_id: n.gpu_type for n in self.nodes()}
+        for a in actions:
+            self.jobs.applied(a, now, types)
+        self._handle(self.backend.poll())
+
     def _handle(self, events: Sequence[BackendEvent]) -> None:
         for e in events:
-            row = self.store.get_job(e.job_id)
-            if row is None or row["state"] in TERMINAL:
-                continue
-            if isinstance(e, JobHints):
-                self.progress.hinted(e, row, self._perf)
-                continue
-            if isinstance(e, JobStarted):
-                self.progress.generation_started(e.job_id, e.time, e.adopted)
-                self.store.update_job(e.job_id, state="RUNNING", reason=None,
-                                      start_time=row["start_time"] or time.time())
-            elif isinstance(e, JobRetried):
-                self.store.add_event(e.job_id, "retried", {"generation": e.generation, "reason": e.reason})
-            elif isinstance(e, JobFinished):
-                with self.store.tx() as c:
-                    self.store.update_job(e.job_id, conn=c, state="SUCCEEDED", placement=[], end_time=time.time())
-                    self.store.add_event(e.job_id, "finished", {}, conn=c)
-                self._forget(e.job_id)
-            elif isinstance(e, JobFailed):
-                with self.store.tx() as c:
-                    self.store.update_job(e.job_id, conn=c, state="FAILED", placement=[], end_time=time.time(),
-                                          message=e.reason)
-                    self.store.add_event(e.job_id, "failed", {"reason": e.reason}, conn=c)
-                self._forget(e.job_id)
+            try:
+                self._event(e)
+            except Exception as exc:  # one job's bad event must not stop the others (nor startup)
+                self.last_error = f"event {type(e).__name__} of {e.job_id}: {type(exc).__name__}: {exc}"
+                log.exception("handling %s failed", e)
 
-    def _perf_for(self, snap: ClusterSnapshot) -> Any:
-        """The measured models when every job names a profiled application (`application` at submit), else
-        None: policies then use their model-free fallback (Lyra: linear in `duration_s`)."""
-        apps = {j.spec.application for j in snap.jobs.values()}
-        if not apps or not apps <= self.known_apps():
-            return None
-        return self.models()
+    def _event(self, e: BackendEvent) -> None:
+        if isinstance(e, NodesChanged):  # a Ray node joined or left: new inventory; jobs on a lost one requeue
+            self.base_nodes, self._nodes, self._dirty = e.nodes, None, True
+            self.store.add_event(None, "nodes_changed", {"nodes": [n.node_id for n in e.nodes], "lost": list(e.lost)})
+            self._apply(self.launches.nodes_lost(set(e.lost)))
+            return
+        row = self.store.get_job(e.job_id)
+        if isinstance(e, JobStarted):
+            self.launches.started(e)
+        elif isinstance(e, GenerationEnded) and row is not None:
+            out = self.launches.ended(e, row)
+            if out.note:
+                self.store.add_event(e.job_id, out.note, {"generation": e.generation, "reason": out.message})
+            if out.relaunch is not None:
+                self._apply([out.relaunch])
+            if out.job_state is not None and row["state"] not in TERMINAL:
+                self._end(e.job_id, out.job_state, out.message)
+            return
+        if row is None or row["state"] in TERMINAL:
+            return
+        if isinstance(e, JobHints):
+            self.jobs.hinted(e, e.time - self.epoch, row)
+        elif isinstance(e, JobStarted):
+            self.jobs.generation_started(e.job_id, min(self.clock.now(), e.time - self.epoch), e.adopted)
+            self.store.update_job(e.job_id, state=JobPhase.RUNNING.value, reason=None,
+                                  start_time=row["start_time"] or time.time())
+        elif isinstance(e, JobFinished):
+            self._end(e.job_id, JobPhase.SUCCEEDED.value, None)
+        elif isinstance(e, JobFailed):
+            self._end(e.job_id, JobPhase.FAILED.value, e.reason)
+
+    def _end(self, job_id: str, state: str, message: str | None) -> None:
+        with self.store.tx() as c:
+            self.store.update_job(job_id, conn=c, state=state, placement=[], end_time=time.time(),
+                                  **({"message": message} if message else {}))
+            self.store.add_event(job_id, "finished" if state == JobPhase.SUCCEEDED else "failed",
+                                 {"reason": message} if message else {}, conn=c)
+        self._forget(job_id)
+        self._dirty = True
 
     def models(self) -> Any:
         """The bundled profiles plus `--profiles` (built on first use: a fit per application)."""
@@ -428,15 +363,16 @@ class Service:
 
     def known_apps(self) -> set[str]:
         if self._apps is None:
-            from elastisched.service.profiles import app_names
+            if self._perf is not None:
+                self._apps = set(self._perf.apps)
+            else:
+                from elastisched.service.profiles import app_names
 
-            self._apps = app_names(self.profiles_dir)
+                self._apps = app_names(self.profiles_dir)
         return self._apps
 
     def _forget(self, job_id: str) -> None:
-        self.progress.forget(job_id)
-        for d in (self._views, self._attained):
-            d.pop(job_id, None)  # type: ignore[attr-defined]
+        self.jobs.forget(job_id)
         self._specs.pop(job_id, None)
         self._reasons.pop(job_id, None)
 

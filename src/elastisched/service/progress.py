@@ -1,69 +1,98 @@
-"""Engine-owned progress of live jobs, so that the service's job views carry what the simulator's carry.
+"""The live body's copy of the engine's bookkeeping: one `engine.jobstate.JobState` per active job.
 
-For each job with a profiled application: [progress, wall time it refers to], in the models' units
-(reference steps), integrated from the models' goodput while the job runs (no progress during the restart
-cost after each generation starts), and reset to measured values when the job's hints arrive (steps x the
-models' gain at the job's batch). Measured throughput per world size goes to `observed_throughput`.
+The simulator keeps the same object per job and calls the same methods at the same moments (`apply` when an
+action takes effect, `advance` when a round needs fresh progress), so attained service, progress (restart
+window, slowest GPU type of a mixed placement) and restarts follow one rule in both bodies; the drift test
+(`tests/engine/test_drift.py`) holds them to it. Times are the service clock's, never `time.time()`.
+
+Live facts the simulator does not have refine the state: a generation's real start (`started`: its restart
+window runs from then), measured progress and throughput from the job's hints (`hinted`), and placements the
+backend set on its own (a relaunch after a failure, workers adopted after a service restart: `sync`).
 Held in memory: after a service restart a job's progress comes back with its next hint.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from elastisched.backends.base import JobHints
-from elastisched.core.types import ClusterSnapshot, JobView
+from elastisched.core.events import Action
+from elastisched.core.types import NO_ALLOCATION, Allocation, JobSpec
+from elastisched.engine.jobstate import JobState, new_state
+from elastisched.models.application import Application
 
 
-class ProgressTracker:
-    def __init__(self) -> None:
-        self.progress: dict[str, list[float]] = {}
-        self.started: dict[str, tuple[float, bool]] = {}  # job -> (wall time its generation started, adopted)
-        self.observed: dict[str, dict[int, float]] = {}
+def _restart_cost(st: JobState) -> float:
+    return st.app.restart_cost if st.app is not None else 0.0
+
+
+class LiveJobs:
+    def __init__(self, model_of: Callable[[JobSpec], Application | None]) -> None:
+        self.model_of = model_of  # the job's own performance model, None when its application has no profile
+        self.states: dict[str, JobState] = {}
+        self.started: dict[str, tuple[float, bool]] = {}  # job -> (clock time its generation started, adopted)
+
+    def sync(self, spec: JobSpec, place: tuple[tuple[str, int], ...], batch: int | None, now: float,
+             types: Mapping[str, str], restarts: int) -> JobState:
+        """The job's state at `now`, created on first sight and brought in line with the store's placement
+        when the backend changed it on its own (from the generation's recorded start, if known)."""
+        jid = spec.job_id
+        st = self.states.get(jid)
+        if st is None:
+            began, adopted = self.started.get(jid, (now, True))
+            t0 = min(began, now) if place else now
+            st = self.states[jid] = new_state(spec, self.model_of(spec), t0)
+            st.launches = max(0, restarts)
+        elif st.spec != spec:  # an admin resize pinned its size
+            st.spec = spec
+            st.view = None
+        if sorted(st.allocation.placement) != sorted(place):
+            began, adopted = self.started.get(jid, (now, True))
+            t = min(max(began, st.updated), now) if place else now
+            st.advance(t)
+            alloc = Allocation(placement=place, batch_size=batch) if place else NO_ALLOCATION
+            st.apply(alloc, t, {n: types.get(n, "") for n, _ in place}, 0.0 if adopted else _restart_cost(st))
+        return st
+
+    def applied(self, action: Action, now: float, types: Mapping[str, str]) -> None:
+        """An action the daemon handed to the backend takes effect now (as in the simulator)."""
+        st = self.states.get(action.job_id)
+        if st is None:
+            return
+        st.advance(now)
+        alloc = action.allocation
+        st.apply(alloc, now, {n: types.get(n, "") for n in alloc.nodes}, _restart_cost(st))
+        self.started.pop(action.job_id, None)
 
     def generation_started(self, job_id: str, t: float, adopted: bool) -> None:
+        """A generation's workers are live: its restart window runs from `t` (none for adopted workers)."""
         self.started[job_id] = (t, adopted)
+        st = self.states.get(job_id)
+        if st is not None and st.allocation.placement and not adopted and t + _restart_cost(st) > st.restart_until:
+            st.restart_until = t + _restart_cost(st)  # the workers came up later than the action
+            st.view = None
+
+    def hinted(self, h: JobHints, t: float, row: Mapping[str, Any]) -> None:
+        """Measured progress from a job's hints replaces the models' estimate; the measured throughput goes to
+        `JobView.observed_throughput`."""
+        st = self.states.get(h.job_id)
+        if st is None:
+            return
+        if h.throughput:
+            st.observed[h.world_size] = float(h.throughput)
+            st.view = None
+        if st.app is not None:
+            st.advance(max(st.updated, t))
+            st.measured(h.step, int(h.global_batch or row.get("batch_size") or st.app.init_batch_size), t)
+
+    def stop(self, job_id: str, now: float) -> None:
+        """The job stops holding GPUs now (a user hold): its service is folded in and frozen."""
+        st = self.states.get(job_id)
+        if st is not None:
+            st.advance(now)
+            st.apply(NO_ALLOCATION, now, {}, 0.0)
 
     def forget(self, job_id: str) -> None:
-        for d in (self.progress, self.started, self.observed):
-            d.pop(job_id, None)  # type: ignore[attr-defined]
-
-    def with_progress(self, snap: ClusterSnapshot, perf: Any) -> ClusterSnapshot:
-        """The snapshot with progress, total work and epoch of every job (what the simulator's views carry),
-        from the models and the jobs' hints; needed by policies that predict remaining time (Lyra, SRTF)."""
-        now = time.time()
-        gtype = {n.node_id: n.gpu_type for n in snap.nodes}
-        jobs: dict[str, JobView] = {}
-        for jid, v in snap.jobs.items():
-            app = perf.app(v.spec.application)
-            total = app.total_work * v.spec.work_scale
-            place = v.allocation.placement
-            began, adopted = self.started.get(jid, (now, True))
-            st = self.progress.setdefault(jid, [0.0, began if place else now])
-            if place and now > st[1]:
-                t0 = max(st[1], began if adopted else began + app.restart_cost)
-                if now > t0 and place[0][0] in gtype:
-                    cfg = app.batch_config(v.allocation.gpus, v.allocation.batch_size or v.spec.batch_size)
-                    epoch = app.epoch_at(st[0], v.spec.work_scale)
-                    rate = app.goodput(gtype[place[0][0]], tuple(k for _, k in place), cfg, epoch)
-                    st[0] = min(total, st[0] + rate * (now - t0))
-            st[1] = now
-            jobs[jid] = dataclasses.replace(
-                v, progress=st[0], total_work=total, epoch=min(app.epoch_at(st[0], v.spec.work_scale), app.max_epochs),
-                observed_throughput=dict(self.observed.get(jid, {})))
-        return ClusterSnapshot(snap.now, snap.nodes, jobs, snap.reclaim_demand)
-
-    def hinted(self, h: JobHints, row: dict[str, Any], perf: Any) -> None:
-        """Measured progress from a job's hints replaces the models' estimate (steps × the models' gain at
-        the job's batch); the measured throughput goes to `JobView.observed_throughput`."""
-        if h.throughput:
-            self.observed.setdefault(h.job_id, {})[h.world_size] = float(h.throughput)
-        app_name = (row.get("spec") or {}).get("application")
-        if perf is None or not app_name or app_name not in perf:
-            return
-        app = perf.app(app_name)
-        batch = h.global_batch or int(row.get("batch_size") or app.init_batch_size)
-        epoch = app.epoch_at(self.progress.get(h.job_id, [0.0])[0], float(row["spec"].get("work_scale") or 1.0))
-        self.progress[h.job_id] = [h.step * app.efficiency.gain(batch, epoch), h.time]
+        self.states.pop(job_id, None)
+        self.started.pop(job_id, None)

@@ -61,7 +61,8 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           scripts_dir: str | os.PathLike[str] | None = None, token: str | None = None, tick_s: float = 0.5,
           grace_s: float = 15.0, max_retries: int = 2, seed: int = 0, profiles: str | None = None,
           python: str = sys.executable, max_follows: int = 32,
-          follow_idle_s: float = 300.0) -> tuple[FastAPI, Service, str]:
+          follow_idle_s: float = 300.0, backend: str = "local",
+          ray_address: str | None = None) -> tuple[FastAPI, Service, str]:
     work = secure_workdir(Path(workdir).resolve())
     url = db or default_db(work)
     file = sqlite_path(url)
@@ -74,9 +75,21 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
         raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
     tok = resolve_token(token, work)
     store = Store(url)
-    nodes = parse_cluster(cluster, default_gpu_type="cpu")
-    backend = LocalBackend(store, work, python=python, grace_s=grace_s, max_retries=max_retries, nodes=nodes)
-    service = Service(store, nodes, backend, policy, tick_s=tick_s, seed=seed,
+    if backend not in ("local", "ray"):
+        raise ConfigError("--backend", backend, "must be local or ray")
+    runner: Any
+    if backend == "ray":  # the inventory comes from the Ray cluster; --cluster is not used
+        from elastisched.backends.ray import RayBackend
+
+        runner = RayBackend(work, address=ray_address or "auto", grace_s=grace_s)
+        nodes = runner.inventory()
+        if not nodes:
+            raise ConfigError("--ray-address", ray_address or "auto", "has no alive node with a gpu_<type> resource "
+                              "in the train pool")
+    else:
+        nodes = parse_cluster(cluster, default_gpu_type="cpu")
+        runner = LocalBackend(work, python=python, grace_s=grace_s, nodes=nodes)
+    service = Service(store, nodes, runner, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
                       profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
     follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
     return create_app(service, tok, scripts_dir, follows=follows), service, tok

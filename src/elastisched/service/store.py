@@ -17,15 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
-    Boolean,
-    Column,
     Connection,
-    Float,
-    Integer,
-    MetaData,
     String,
-    Table,
     bindparam,
     create_engine,
     event,
@@ -40,91 +33,20 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-ACTIVE = ("PENDING", "STARTING", "RUNNING", "RESIZING", "SUSPENDED")
-
-meta = MetaData()
-
-jobs = Table(
-    "jobs", meta,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("id", String(32), unique=True, nullable=False),
-    Column("name", String(200), nullable=False),
-    Column("script", String(4096), nullable=False),
-    Column("args", JSON, nullable=False),
-    Column("spec", JSON, nullable=False),  # num_gpus, min_gpus, max_gpus, batch_size, gpu_types, elastic, ...
-    Column("state", String(16), nullable=False, index=True),
-    Column("reason", String(200)),
-    Column("submit_time", Float, nullable=False),
-    Column("start_time", Float),
-    Column("end_time", Float),
-    Column("placement", JSON, nullable=False),  # [[node, gpus], ...] of the running generation
-    Column("batch_size", Integer),
-    Column("generation", Integer, nullable=False, default=0),
-    Column("restarts", Integer, nullable=False, default=0),
-    Column("retries", Integer, nullable=False, default=0),
-    Column("resize_to", Integer),  # admin override (API resize), pins the job's size
-    Column("cancel_requested", Boolean, nullable=False, default=False),
-    Column("held", Boolean, nullable=False, default=False),  # suspended by a user until resumed
-    Column("message", String(2000)),
-    Column("owner", String(64), index=True),  # the submitting user (service/auth.py); NULL = admin only
+from elastisched.service.schema import (
+    ACTIVE,
+    LEGACY_STATES,
+    TERMINAL,
+    events,
+    generations,
+    jobs,
+    kv,
+    loans,
+    meta,
+    reclaims,
 )
 
-generations = Table(
-    "generations", meta,
-    Column("job_id", String(32), primary_key=True),
-    Column("generation", Integer, primary_key=True),
-    Column("cause", String(16), nullable=False),  # launch | resize | retry | resume
-    Column("placement", JSON, nullable=False),
-    Column("batch_size", Integer),
-    Column("port", Integer),
-    Column("state", String(16), nullable=False),  # PLANNED | RUNNING | STOPPING | EXITED
-    Column("pids", JSON, nullable=False),  # [[pid, start_ticks], ...] of the per-rank wrappers
-    Column("devices", JSON),  # CUDA device index per rank (GPU nodes), else null
-    Column("exit_codes", JSON),
-    Column("outcome", String(16)),  # succeeded | stopped | failed
-    Column("planned_at", Float, nullable=False),
-    Column("started_at", Float),
-    Column("ended_at", Float),
-)
-
-events = Table(
-    "events", meta,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("time", Float, nullable=False),
-    Column("job_id", String(32), index=True),
-    Column("kind", String(32), nullable=False),
-    Column("data", JSON, nullable=False),
-)
-
-loans = Table(
-    "loans", meta,
-    Column("node_id", String(64), primary_key=True),
-    Column("gpu_type", String(32), nullable=False),
-    Column("num_gpus", Integer, nullable=False),
-    Column("state", String(16), nullable=False),  # LOANED | RECLAIMING | RETURNED
-    Column("offered_at", Float, nullable=False),
-    Column("reclaim_id", Integer),
-    Column("returned_at", Float),
-)
-
-reclaims = Table(
-    "reclaims", meta,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("count", Integer, nullable=False),
-    Column("deadline", Float, nullable=False),
-    Column("state", String(16), nullable=False),  # PENDING | VACATING | DONE
-    Column("nodes", JSON, nullable=False),
-    Column("created_at", Float, nullable=False),
-    Column("done_at", Float),
-)
-
-kv = Table(
-    "meta", meta,
-    Column("key", String(64), primary_key=True),
-    Column("value", JSON),
-)
-
+__all__ = ["ACTIVE", "TERMINAL", "AmbiguousId", "Store"]
 
 class AmbiguousId(LookupError):
     """A short job id prefix matches more than one job."""
@@ -157,11 +79,15 @@ class Store:
         self._lock = threading.RLock()
         meta.create_all(self.engine)
         self._add_missing_columns()
+        with self._lock, self.engine.begin() as c:  # one vocabulary of states: rename those of older versions
+            for old, new in LEGACY_STATES.items():
+                c.execute(update(jobs).where(jobs.c.state == old).values(state=new))
 
     # Columns added after the first release: (table, column, DDL type and default). create_all never alters
     # an existing table, so a database made by an older version gets them here.
     # FALSE, not 0: PostgreSQL refuses an integer default for a boolean (SQLite >= 3.23 reads FALSE too).
-    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT FALSE"), ("jobs", "owner", "VARCHAR(64)"))
+    _ADDED_COLUMNS = (("jobs", "held", "BOOLEAN NOT NULL DEFAULT FALSE"), ("jobs", "owner", "VARCHAR(64)"),
+                      ("generations", "token", "VARCHAR(32)"))
 
     def _add_missing_columns(self) -> None:
         for table, column, ddl in self._ADDED_COLUMNS:
@@ -232,8 +158,8 @@ class Store:
         q = select(jobs).order_by(jobs.c.seq)
         if owner is not None:
             q = q.where(jobs.c.owner == owner)
-        if states:
-            q = q.where(jobs.c.state.in_(list(states)))
+        if states:  # older names (STARTING, RESIZING) still select what they meant
+            q = q.where(jobs.c.state.in_(list({LEGACY_STATES.get(x, x) for x in states})))
         if limit:
             q = q.limit(limit)
         with self.tx() as c:
@@ -337,10 +263,17 @@ class Store:
         conn.execute(insert(generations).values(job_id=job_id, generation=generation, planned_at=time.time(),
                                                 pids=[], state="PLANNED", **fields))
 
-    def update_generation(self, job_id: str, generation: int, **fields: Any) -> None:
+    def update_generation(self, job_id: str, generation: int | None, conn: Connection | None = None,
+                          **fields: Any) -> None:
+        """Update one generation, or (generation None) every live (not EXITED) generation of the job."""
+        where = generations.c.job_id == job_id
+        live = generations.c.state != "EXITED"
+        where &= (generations.c.generation == generation) if generation is not None else live
+        if conn is not None:
+            conn.execute(update(generations).where(where).values(**fields))
+            return
         with self.tx() as c:
-            c.execute(update(generations).where((generations.c.job_id == job_id)
-                                                & (generations.c.generation == generation)).values(**fields))
+            c.execute(update(generations).where(where).values(**fields))
 
     def generations(self, job_id: str | None = None, live: bool = False) -> list[dict[str, Any]]:
         q = select(generations).order_by(generations.c.planned_at, generations.c.generation)

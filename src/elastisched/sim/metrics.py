@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from elastisched import __version__
+from elastisched.core.types import PendingReason
 
 if TYPE_CHECKING:
     from elastisched.sim.simulator import Simulator
@@ -35,10 +36,14 @@ def collect(sim: Simulator, wall: float) -> SimResult:
             "queue": (j.start_time or j.end_time) - j.spec.submit_time, "requested_gpus": j.spec.num_gpus,
             "gpu_seconds": j.attained, "avg_gpus": j.attained / j.run_time if j.run_time else 0.0,
             "run_time": j.run_time, "restarts": max(j.launches - 1, 0), "preemptions": j.preemptions,
+            "state": j.phase(j.end_time).value,
+            # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
+            "reason": j.reason or (PendingReason.PRIORITY.value if (j.start_time or j.end_time) > j.spec.submit_time
+                                   else ""),
         })
     jobs = pd.DataFrame(rows, columns=["job", "application", "submit", "start", "end", "jct", "queue",
                                        "requested_gpus", "gpu_seconds", "avg_gpus", "run_time", "restarts",
-                                       "preemptions"])
+                                       "preemptions", "state", "reason"])
     tl = pd.DataFrame(sim.timeline, columns=["t", "busy_gpus", "total_gpus", "loaned_servers"])
     jct = jobs["jct"].to_numpy(float)
     t0 = min((s.submit_time for s in sim.workload.jobs), default=0.0)

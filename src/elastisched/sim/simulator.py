@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -32,24 +32,16 @@ import numpy as np
 from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
-from elastisched.engine.loop import Engine
-from elastisched.models.iidp_pollux import iidp_iteration_time
+from elastisched.engine.jobstate import INF, JobState, new_state
+from elastisched.engine.loop import Engine, RoundResult
+from elastisched.engine.reclaim import admin_resize, pin
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
-from elastisched.sim.jobstate import INF, SimJob
 from elastisched.sim.metrics import SimResult, collect
 from elastisched.workloads.schema import Workload
 
-ARRIVAL, COMPLETION, LOAN = 0, 1, 2
-
-
-def _keeps_gpus(old: Allocation, new: Allocation) -> bool:
-    """Whether a change from `old` to `new` keeps some GPUs: a running job shares at least one node with its
-    new placement (GPUs on a node are interchangeable in the model, so overlap is counted per node)."""
-    if not old.placement or not new.placement:
-        return False
-    have = dict(old.placement)
-    return any(min(have.get(n, 0), g) > 0 for n, g in new.placement)
+ARRIVAL, COMPLETION, LOAN, FAILURE, RESIZE = 0, 1, 2, 3, 4
+SimJob = JobState  # the simulator keeps the engine's bookkeeping object per job
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +71,9 @@ class SimConfig:
     loans: LoanTimeline | None = None
     progress: Callable[[float, int, int], None] | None = None  # (sim time, finished, total)
     options: dict[str, Any] = field(default_factory=dict)
+    failures: tuple[tuple[float, JobId], ...] = ()  # (time, job): the job fails (ends, not finished)
+    admin_resizes: tuple[tuple[float, JobId, int], ...] = ()  # (time, job, GPUs): an admin resize (API)
+    on_round: Callable[[ClusterSnapshot, RoundResult], None] | None = None  # observer (drift test, debugging)
 
 
 class Simulator:
@@ -129,21 +124,22 @@ class Simulator:
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any) -> None:
+        if not math.isfinite(t):  # a NaN in the heap is never popped: the loop would spin forever
+            raise ValueError(f"event time must be finite, got {t!r} (event kind {kind})")
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, payload))
 
     def _arrive(self, spec: Any) -> None:
-        app = self.models.app(spec.application)
-        bounds = [b * spec.work_scale for b in app.epoch_end]
-        job = SimJob(spec, app, bounds, updated=self.now)
+        job = new_state(spec, self.models.app(spec.application), self.now)
         self.jobs[spec.job_id] = job
         self.views[spec.job_id] = job.make_view(self.now)  # insertion order = submission order
         self.policy.on_submit(spec, self.now)
 
-    def _complete(self, job: SimJob) -> None:
-        job.advance(self.now, finishing=True)
-        job.progress = job.total
-        job.end_time = self.now
+    def _complete(self, job: SimJob, failed: bool = False) -> None:
+        job.advance(self.now, finishing=not failed)
+        if not failed:
+            job.progress = job.total
+        job.end_time, job.failed = self.now, failed
         self._account(job.allocation, -1)
         job.allocation = NO_ALLOCATION
         job.view = None
@@ -228,88 +224,64 @@ class Simulator:
                 t = self.nodes[i].gpu_type
                 self.free[t] -= sign * g
 
-    def _return_nodes(self, chosen: Sequence[str], placed: Mapping[JobId, Allocation]) -> None:
-        """Give reclaimed servers back. A job the decision moved off them (an elastic scale-in) is resized; a
-        job still on them, or stopped, is preempted (its work is kept: checkpoint on signal)."""
-        demand = self.reclaim_demand
-        pick = [n for n in self.active_loans if n.node_id in set(chosen)][:demand]
-        if len(pick) < demand:  # the policy did not choose (enough): return the most recently loaned
-            rest = [n for n in reversed(self.active_loans) if n not in pick]
-            pick += rest[: demand - len(pick)]
-        gone = {n.node_id for n in pick}
-        hit = [j for j in self.running.values() if any(n in gone for n in j.allocation.nodes)]
-        pre = [j for j in hit if (a := placed.get(j.spec.job_id)) is None or any(n in gone for n in a.nodes)]
-        self.reclaims.append({"time": self.now, "servers": sorted(gone), "preempted": len(pre),
-                              "scaled_in": len(hit) - len(pre)})
-        for job in pre:
-            job.advance(self.now)
-            job.preemptions += 1
-            self._apply_allocation(job, NO_ALLOCATION)
+    def _return_nodes(self, res: RoundResult) -> None:
+        """Give back the servers the engine chose (vacating is in the round's actions already)."""
+        rec = res.reclaim
+        gone = set(rec.servers) if rec is not None else set()
+        self.reclaims.append({"time": self.now, "servers": sorted(gone),
+                              "preempted": len(rec.preempted) if rec else 0,
+                              "scaled_in": len(rec.scaled_in) if rec else 0})
         self.active_loans = [n for n in self.active_loans if n.node_id not in gone]
         self.nodes = self.train_nodes + tuple(self.active_loans)
         self.reclaim_demand = 0
 
     def _apply_allocation(self, job: SimJob, alloc: Any) -> None:
         jid = job.spec.job_id
-        job.version += 1
-        old = job.allocation
         self._account(job.allocation, -1)
         self.stale.add(jid)
-        job.view = None
-        job.rates = None
         if not alloc.placement:
-            job.allocation, job.cfg, job.shape, job.samples_per_s = NO_ALLOCATION, None, (), 0.0
+            job.apply(NO_ALLOCATION, self.now, {}, 0.0)
             self.running.pop(jid, None)
             return
         pos = self._node_pos()
-        types = {self.nodes[pos[n]].gpu_type for n in alloc.nodes}
-        one = job.app.batch_config(1, job.app.init_batch_size)
-        # mixed-type placements run at the pace of the slowest type (synchronous data parallelism)
-        job.gpu_type = min(types, key=lambda t: job.app.throughput(t, (1,), one)) if len(types) > 1 else types.pop()
-        job.shape = tuple(g for _, g in alloc.placement)
-        gpus = alloc.gpus
-        batch = alloc.batch_size or job.spec.batch_size
-        job.cfg = job.app.batch_config(gpus, batch)
-        job.allocation = alloc
         restart = self.cfg.restart_cost if self.cfg.restart_cost is not None else job.app.restart_cost
-        # --- JABAS (issue 10): a new batch / IIDP configuration on the very same GPUs is applied in place;
-        # a policy whose jobs change their batch between steps (Pollux / AdaptDL) gets that by default, free
+        # a policy whose jobs change their batch between steps (Pollux / AdaptDL) reconfigures in place, free
         reconfigure = self.cfg.reconfigure_cost
         if reconfigure is None and self.policy.batch_in_place:
             reconfigure = 0.0
-        if reconfigure is not None and old.placement and sorted(old.placement) == sorted(alloc.placement):
-            job.restart_until = max(job.restart_until, self.now + reconfigure)
-            job.launches -= 1  # not a restart (undone by the += 1 below)
-        elif self.cfg.resize_cost is not None and _keeps_gpus(old, alloc):
-            # in-memory resize: survivors keep running state; a launch still in progress is not cut short
-            job.restart_until = max(job.restart_until, self.now + self.cfg.resize_cost)
-        else:
-            job.restart_until = self.now + restart
-        job.launches += 1
+        job.apply(alloc, self.now, {n: self.nodes[pos[n]].gpu_type for n in alloc.nodes}, restart,
+                  self.cfg.resize_cost, reconfigure)
         self._account(alloc, +1)
-        if job.start_time is None:
-            job.start_time = self.now
-        else:
-            job.last_resize = self.now
-        job.observed[gpus] = job.samples_per_s = job.app.throughput(job.gpu_type, job.shape, job.cfg)
-        if alloc.local_batch and alloc.accumulation is not None and alloc.batch_size:
-            # --- JABAS (issue 10): IIDP allocation (same local batch on every GPU, per-node accumulation):
-            # its rate comes from the one rule in models/iidp_pollux, not the slowest-type rule above
-            t_iter = iidp_iteration_time(job.app, {n: self.nodes[pos[n]].gpu_type for n in alloc.nodes},
-                                         alloc.placement, alloc.local_batch, alloc.accumulation)
-            job.rates = job.app.efficiency.gains(alloc.batch_size) / t_iter
-            job.observed[gpus] = job.samples_per_s = alloc.batch_size / t_iter
         self.running[jid] = job
         t_end = job.finish_time()
         if t_end < INF:
             self._push(t_end, COMPLETION, (job, job.version))
 
+    def _admin_resize(self, jid: JobId, gpus: int) -> None:
+        """Pin the job to `gpus` and, if it runs, move it there now through the engine (engine.reclaim)."""
+        job = self.jobs.get(jid)
+        if job is None:
+            return
+        job.spec = pin(job.spec, gpus)
+        job.view = None
+        self.stale.add(jid)
+        act = admin_resize(self._snapshot(), jid, gpus)
+        if act is not None:
+            job.advance(self.now)
+            self._apply_allocation(job, act.allocation)
+
     def _round(self) -> float | None:
         snap = self._snapshot()
         res = self.engine.round(snap)
         self.latencies.append(res.latency_s)
+        if self.cfg.on_round is not None:
+            self.cfg.on_round(snap, res)
+        for jid, why in res.decision.reasons.items():
+            job = self.jobs.get(jid)
+            if job is not None:
+                job.reason = why
         if self.reclaim_demand:
-            self._return_nodes(res.decision.reclaim, res.allocations)
+            self._return_nodes(res)
         for act in res.actions:
             job = self.jobs[act.job_id]
             if act.kind is not ActionKind.LAUNCH or job.updated < self.now:
@@ -348,6 +320,10 @@ class Simulator:
         if self.cfg.loans is not None:
             for t, n in self.cfg.loans.steps:
                 self._push(t, LOAN, n)
+        for t, jid in self.cfg.failures:
+            self._push(t, FAILURE, jid)
+        for t, jid, g in self.cfg.admin_resizes:
+            self._push(t, RESIZE, (jid, g))
         interval = self.policy.interval
         pending_round = INF
         total = len(specs)
@@ -366,6 +342,11 @@ class Simulator:
                     self._arrive(payload)
                 elif kind == COMPLETION:
                     self._complete(payload[0])
+                elif kind == FAILURE:
+                    if payload in self.jobs:
+                        self._complete(self.jobs[payload], failed=True)
+                elif kind == RESIZE:
+                    self._admin_resize(*payload)
                 else:
                     self._set_loans(payload)
                     if self.reclaim_demand:  # inference is never delayed: decide now, on or off the tick grid

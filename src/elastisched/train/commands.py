@@ -65,7 +65,7 @@ def profile_cmd(
     script: Path = typer.Argument(..., exists=True, dir_okay=False, help="training script"),
     local_batches: str = typer.Option("8,16,32", "--local-batches", help="grid of local batch sizes"),
     workers: str = typer.Option("1,2", "--workers", help="grid of worker counts (one node)"),
-    out: Path = typer.Option(Path("results/profile"), "--out", help="writes placements.csv, scalability.csv"),
+    out: Path = typer.Option(Path("results/profile"), "--out", "-o", help="writes placements.csv, scalability.csv"),
     steps: int = typer.Option(12, "--steps", min=3, help="steps per point (the first 2 are warm-up)"),
 ) -> None:
     """Measure step and sync time of SCRIPT on a grid; write the simulator's (Pollux) profile format."""

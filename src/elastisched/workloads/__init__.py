@@ -10,8 +10,7 @@
 
 from __future__ import annotations
 
-import csv
-import gzip
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -19,27 +18,49 @@ from elastisched.core.errors import ConfigError
 from elastisched.models.registry import PerfModels
 from elastisched.workloads.gavel import load_gavel_tsv
 from elastisched.workloads.pollux import load_pollux_csv
-from elastisched.workloads.schema import InferenceTask, Workload
+from elastisched.workloads.schema import (
+    DAYS,
+    NUM_JOBS,
+    RATE,
+    SAMPLE,
+    SEED,
+    InferenceTask,
+    Workload,
+    csv_rows,
+    read_text,
+)
 from elastisched.workloads.synthetic import synthetic
 from elastisched.workloads.traces import load_raw_trace
 
 __all__ = ["InferenceTask", "Workload", "bundled_workload_path", "load_workload"]
 
+_BUNDLED_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
 
 def bundled_workload_path(name: str) -> Path:
-    path = Path(str(resources.files("elastisched.workloads") / "data" / "pollux" / "workloads" / f"{name}.csv"))
-    if not path.exists():
-        raise ConfigError("--workload", f"pollux:{name}", "no such bundled workload (workload-1 .. workload-8)")
+    folder = Path(str(resources.files("elastisched.workloads") / "data" / "pollux" / "workloads"))
+    path = folder / f"{name}.csv"
+    if not _BUNDLED_NAME.fullmatch(name) or not path.is_file():
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.csv")))
+        raise ConfigError("--workload", f"pollux:{name}", f"no such bundled workload (known: {known})")
     return path
 
 
-def _opts(text: str) -> dict[str, str]:
-    out = {}
-    for part in filter(None, text.split(",")):
-        if "=" not in part:
-            raise ConfigError("--workload", text, f"option {part!r} must be key=value")
-        k, v = part.split("=", 1)
-        out[k.strip()] = v.strip()
+def _opts(kind: str, text: str, known: tuple[str, ...]) -> dict[str, str]:
+    """`key=value,...` options of a named source; unknown or repeated keys are errors, not ignored."""
+    out: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip() and text.strip() == "":
+            continue
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ConfigError(f"{kind}:", part, f"options are key=value, comma-separated (keys: {', '.join(known)})")
+        if key not in known:
+            raise ConfigError(f"{kind}:{key}", value, f"unknown option; known: {', '.join(known)}")
+        if key in out:
+            raise ConfigError(f"{kind}:{key}", value, "given more than once")
+        out[key] = value.strip()
     return out
 
 
@@ -48,29 +69,35 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
     if kind == "pollux" and rest:
         return load_pollux_csv(bundled_workload_path(rest), models.apps, name=rest)
     if kind == "philly":
-        o = _opts(rest)
-        days = float(o.pop("days")) if "days" in o else None
-        wl = load_raw_trace(None, models, seed=int(o.pop("seed", 0)),
-                            sample=int(o["sample"]) if "sample" in o else None,
-                            end=days * 86400 if days else None)
-        o.pop("sample", None)
-        if o:
-            raise ConfigError("--workload", spec, f"unknown option(s) {sorted(o)}; known: sample, seed, days")
-        return wl
+        o = _opts(kind, rest, ("sample", "seed", "days"))
+        days = DAYS.option("philly:days", o["days"]) if "days" in o else None
+        return load_raw_trace(None, models, seed=SEED.option("philly:seed", o.get("seed", "0")),
+                              sample=SAMPLE.option("philly:sample", o["sample"]) if "sample" in o else None,
+                              end=days * 86400 if days else None)
     if kind == "synthetic":
-        o = _opts(rest)
-        return synthetic(models, num_jobs=int(o.get("num_jobs", 100)), rate_per_hour=float(o.get("rate", 20)),
-                         seed=int(o.get("seed", 0)))
+        o = _opts(kind, rest, ("num_jobs", "rate", "seed"))
+        return synthetic(models, num_jobs=NUM_JOBS.option("synthetic:num_jobs", o.get("num_jobs", "100")),
+                         rate_per_hour=RATE.option("synthetic:rate", o.get("rate", "20")),
+                         seed=SEED.option("synthetic:seed", o.get("seed", "0")))
     path = Path(spec)
-    if not path.exists():
+    try:
+        if "\0" in spec or not spec.strip():
+            raise ValueError("not a usable path")
+        exists, is_dir = path.exists(), path.is_dir()
+    except OSError as e:
+        raise ConfigError("--workload", spec, f"bad path: {e.strerror or type(e).__name__}") from None
+    except ValueError as e:
+        raise ConfigError("--workload", spec, f"bad path: {e}") from None
+    if not exists:
         raise ConfigError("--workload", spec, "no such file (or use pollux:workload-N, philly, synthetic:...)")
+    if is_dir:
+        raise ConfigError("--workload", spec, "is a directory; expected a trace file")
     if path.suffix in (".trace", ".tsv"):
         return load_gavel_tsv(path, models)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as f:  # type: ignore[operator]
-        header = next(csv.reader(f), [])
+    header, _ = csv_rows(str(path), read_text(path))
     if "name" in header:
         return load_pollux_csv(path, models.apps)
     if "duration" in header and "num_gpus" in header:
         return load_raw_trace(path, models)
-    raise ConfigError("--workload", spec, f"unrecognised header {header}")
+    raise ConfigError("--workload", spec, f"unrecognised header {[h[:30] for h in header[:12]]}: expected "
+                      "Pollux/Sia columns (name,time,...) or a raw trace (timestamp|time,duration,num_gpus)")

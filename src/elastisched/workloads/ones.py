@@ -21,7 +21,7 @@ own measured time. At other batch sizes the simulator's statistical-efficiency m
 
 from __future__ import annotations
 
-import csv
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,13 +32,20 @@ import pandas as pd
 from elastisched.core.types import JobSpec
 from elastisched.models.registry import PerfModels
 from elastisched.workloads.schema import (
+    ACCURACY,
+    BATCH,
+    EPOCH_SIZE,
+    GPUS,
+    LR,
+    PATIENCE,
+    SUBMIT_TIME,
     RowReader,
     Workload,
+    csv_rows,
     file_digest,
-    nonempty,
-    nonneg_float,
-    positive_float,
-    positive_int,
+    finish,
+    name_text,
+    read_text,
     require_columns,
 )
 
@@ -115,59 +122,58 @@ def _seconds_per_unit(models: PerfModels, app_name: str, gpus: int, batch: int) 
     return app.run_seconds(app.gpu_types[0], gpus, batch, GPUS_PER_NODE)
 
 
-def load_ones_csv(path: str | Path, history: str | Path, models: PerfModels, num_jobs: int | None = None,
-                  name: str | None = None) -> Workload:
-    """The first `num_jobs` rows (all when None) of an ONES trace as `JobSpec`s (see module docstring)."""
+def load_ones_csv(path: str | Path, history: str | Path | Mapping[tuple[int, int], HistoryRun], models: PerfModels,
+                  num_jobs: int | None = None, name: str | None = None) -> Workload:
+    """The first `num_jobs` rows (all when None) of an ONES trace as `JobSpec`s (see module docstring).
+    `history` is `job_history.csv`, or its runs already read by `history_runs` (to load many traces)."""
     path = Path(path)
     p = str(path)
-    runs = history_runs(history)
+    runs = history if isinstance(history, Mapping) else history_runs(history)
     scale_cache: dict[tuple[str, int, int], float] = {}
-    jobs: list[JobSpec] = []
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        require_columns(p, list(reader.fieldnames or []), COLUMNS)
-        for i, row in enumerate(reader, start=2):
-            if num_jobs is not None and len(jobs) >= num_jobs:
-                break
-            r = RowReader(p, i, row)
-            t = r.get("time", nonneg_float)
-            task = r.get("task", nonempty).lower()
-            if task not in APPLICATION:
-                raise r.fail("task", f"unknown task; known: {', '.join(sorted(APPLICATION))}")
-            model = r.get("model", nonempty).lower()
-            if model not in MODELS[task]:
-                raise r.fail("model", f"unknown model for task {task}; known: {', '.join(MODELS[task])}")
-            es = r.get("epoch_size", positive_int)
-            key = HISTORY_RUN.get((model, task, es))
-            if key is None or key not in runs:
-                raise r.fail("epoch_size", f"no run of {model}/{task} with this epoch size in {history}")
-            patience = r.get("patience", positive_int)
-            bs = r.get("batch_size", positive_int)
-            lr = r.get("lr", positive_float)
-            max_lr = r.get("max_lr", positive_float, None)
-            if max_lr is not None and max_lr < lr:
-                raise r.fail("max_lr", f"must be >= lr ({lr})")
-            target = r.get("target_acc", nonneg_float)
-            gpus = r.get("num_gpus", positive_int)
-            run = runs[key]
-            app_name = APPLICATION[task]
-            epochs = convergence_epoch(np.array(run.acc), target, patience)
-            hist_gpus = max(1, run.batch_size // bs)
-            ck = (app_name, hist_gpus, run.batch_size)
-            if ck not in scale_cache:
-                scale_cache[ck] = _seconds_per_unit(models, app_name, hist_gpus, run.batch_size)
-            seconds = epochs * es / run.throughput
-            work_scale = seconds / scale_cache[ck]
-            app = models.app(app_name)
-            attrs: dict[str, Any] = {
-                "model": model, "task": task, "epoch_size": es, "patience": patience, "local_batch": bs,
-                "lr": lr, "max_lr": max_lr, "target_acc": target, "convergence_epochs": epochs,
-                "epoch_work": work_scale * app.total_work / epochs, "initial_loss": run.initial_loss,
-                "acc_curve": run.acc, "loss_curve": run.loss, "history_run": key,
-                "history_gpus": hist_gpus, "history_batch": run.batch_size, "history_throughput": run.throughput}
-            jobs.append(JobSpec(job_id=f"ones-{i - 2:04d}", submit_time=t, application=app_name, num_gpus=gpus,
+    jobs: list[tuple[int, JobSpec]] = []
+    header, reader = csv_rows(p, read_text(path))
+    require_columns(p, header, COLUMNS)
+    for i, row in reader:
+        if num_jobs is not None and len(jobs) >= num_jobs:
+            break
+        r = RowReader(p, i, row)
+        t = r.get("time", SUBMIT_TIME)
+        task = r.get("task", name_text).lower()
+        if task not in APPLICATION:
+            raise r.fail("task", f"unknown task; known: {', '.join(sorted(APPLICATION))}")
+        model = r.get("model", name_text).lower()
+        if model not in MODELS[task]:
+            raise r.fail("model", f"unknown model for task {task}; known: {', '.join(MODELS[task])}")
+        es = r.get("epoch_size", EPOCH_SIZE)
+        key = HISTORY_RUN.get((model, task, es))
+        if key is None or key not in runs:
+            raise r.fail("epoch_size", f"no run of {model}/{task} with this epoch size in job_history.csv")
+        patience = r.get("patience", PATIENCE)
+        bs = r.get("batch_size", BATCH)
+        lr = r.get("lr", LR)
+        max_lr = r.get("max_lr", LR, None)
+        if max_lr is not None and max_lr < lr:
+            raise r.fail("max_lr", f"must be >= lr ({lr})")
+        target = r.get("target_acc", ACCURACY)
+        gpus = r.get("num_gpus", GPUS)
+        run = runs[key]
+        app_name = APPLICATION[task]
+        epochs = convergence_epoch(np.array(run.acc), target, patience)
+        hist_gpus = max(1, run.batch_size // bs)
+        ck = (app_name, hist_gpus, run.batch_size)
+        if ck not in scale_cache:
+            scale_cache[ck] = _seconds_per_unit(models, app_name, hist_gpus, run.batch_size)
+        seconds = epochs * es / run.throughput
+        work_scale = seconds / scale_cache[ck]
+        app = models.app(app_name)
+        attrs: dict[str, Any] = {
+            "model": model, "task": task, "epoch_size": es, "patience": patience, "local_batch": bs,
+            "lr": lr, "max_lr": max_lr, "target_acc": target, "convergence_epochs": epochs,
+            "epoch_work": work_scale * app.total_work / epochs, "initial_loss": run.initial_loss,
+            "acc_curve": run.acc, "loss_curve": run.loss, "history_run": key,
+            "history_gpus": hist_gpus, "history_batch": run.batch_size, "history_throughput": run.throughput}
+        jobs.append((i, JobSpec(job_id=f"ones-{i - 2:04d}", submit_time=t, application=app_name, num_gpus=gpus,
                                 batch_size=ones_batch(bs, lr, max_lr, gpus)[0], min_gpus=1, elastic=False,
-                                work_scale=work_scale, category=f"{model}/{task}", attrs=attrs))
-    jobs.sort(key=lambda s: (s.submit_time, s.job_id))
-    return Workload(name or path.stem, tuple(jobs), p, file_digest(path))
+                                work_scale=work_scale, category=f"{model}/{task}", attrs=attrs)))
+    return finish(p, name or path.stem, jobs, file_digest(path))
 

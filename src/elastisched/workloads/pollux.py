@@ -2,30 +2,44 @@
 
 Rows whose application starts with `infer-` (DeepBoot) are inference tasks, kept apart in
 `Workload.inference`; everything else is a training job that requests `num_replicas` GPUs and the global
-batch `batch_size`.
+batch `batch_size`. Field ranges: `schema.FIELDS`. DeepBoot writes `-1` for `duration` / `num_task` on
+training rows (they apply to inference tasks only): read as absent there (our reading of its CSVs).
 """
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from elastisched.core.types import JobSpec
 from elastisched.workloads.schema import (
+    BATCH,
+    DURATION,
+    GPUS,
+    NUM_TASK,
+    SUBMIT_TIME,
+    Field,
     InferenceTask,
     RowReader,
     Workload,
-    check_sorted_unique,
+    csv_rows,
     file_digest,
-    nonempty,
-    nonneg_float,
-    positive_float,
-    positive_int,
+    finish,
+    name_text,
+    read_text,
     require_columns,
 )
 
 REQUIRED = ("name", "time", "application", "num_replicas", "batch_size")
+UNSET = ("-1", "-1.0")  # DeepBoot writes -1 in the inference-only columns of training rows
+
+
+def _unset_or(f: Field) -> Callable[[str], float | int | None]:
+    """DeepBoot's -1 ("not applicable") on a training row reads as absent; anything else must be in range."""
+    def conv(v: str) -> float | int | None:
+        return None if v.strip() in UNSET else f(v)
+    return conv
+
 CATEGORIES = ("adaptive", "rigid", "scale-gpus")
 
 
@@ -33,29 +47,28 @@ def load_pollux_csv(path: str | Path, known_apps: Collection[str] | None = None,
                     name: str | None = None) -> Workload:
     path = Path(path)
     p = str(path)
-    jobs: list[JobSpec] = []
+    jobs: list[tuple[int, JobSpec]] = []
     infer: list[InferenceTask] = []
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        require_columns(p, list(reader.fieldnames or []), REQUIRED)
-        for i, row in enumerate(reader, start=2):
-            r = RowReader(p, i, row)
-            job_name = r.get("name", nonempty)
-            t = r.get("time", nonneg_float)
-            app = r.get("application", nonempty)
-            reps = r.get("num_replicas", positive_int)
-            if app.startswith("infer-"):
-                infer.append(InferenceTask(job_name, t, app, reps, r.get("duration", positive_float),
-                                           r.get("num_task", positive_int, 1)))
-                continue
-            if known_apps is not None and app not in known_apps:
-                raise r.fail("application", f"unknown application; known: {', '.join(sorted(known_apps))}")
-            bs = r.get("batch_size", positive_int)
-            cat = r.get("category", str, None)
-            if cat is not None and cat not in CATEGORIES:
-                raise r.fail("category", f"must be one of {CATEGORIES}")
-            dur = r.get("duration", positive_float, None)
-            jobs.append(JobSpec(job_id=job_name, submit_time=t, application=app, num_gpus=reps,
-                                batch_size=bs, min_gpus=reps, max_gpus=reps, duration=dur, category=cat))
-    return Workload(name or path.stem, tuple(check_sorted_unique(p, jobs)), p, file_digest(path),
-                    tuple(sorted(infer, key=lambda x: (x.submit_time, x.name))))
+    header, rows = csv_rows(p, read_text(path))
+    require_columns(p, header, REQUIRED)
+    for line, row in rows:
+        r = RowReader(p, line, row)
+        job_name = r.get("name", name_text)
+        t = r.get("time", SUBMIT_TIME)
+        app = r.get("application", name_text)
+        reps = r.get("num_replicas", GPUS)
+        bs = r.get("batch_size", BATCH)
+        if app.startswith("infer-"):
+            infer.append(InferenceTask(job_name, t, app, reps, r.get("duration", DURATION),
+                                       r.get("num_task", NUM_TASK, 1)))
+            continue
+        if known_apps is not None and app not in known_apps:
+            raise r.fail("application", f"unknown application; known: {', '.join(sorted(known_apps))}")
+        cat = r.get("category", str, None)
+        if cat is not None and cat not in CATEGORIES:
+            raise r.fail("category", f"must be one of {CATEGORIES}")
+        dur = r.get("duration", _unset_or(DURATION), None)
+        r.get("num_task", _unset_or(NUM_TASK), None)  # not used by a training job, but still a valid value
+        jobs.append((line, JobSpec(job_id=job_name, submit_time=t, application=app, num_gpus=reps,
+                                   batch_size=bs, min_gpus=reps, max_gpus=reps, duration=dur, category=cat)))
+    return finish(p, name or path.stem, jobs, file_digest(path), infer)

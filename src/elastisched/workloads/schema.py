@@ -1,21 +1,146 @@
-"""One validated schema for every workload source.
+"""One validated schema for every workload source: the valid range of every field, enforced in one place.
 
-Every loader turns its rows into `JobSpec`s through `RowReader`, which converts column by column and raises
-`WorkloadError(path, line, column, value, why)` on the first bad value, so a user can jump to the exact cell.
-Loaders read the whole file before returning: a bad row means nothing is produced, and the CLI writes
-nothing to the output folder.
+Every loader reads its file through `read_text` / `csv_rows` (bounded size, UTF-8 with an optional BOM,
+any line ending, gzip checked), converts cells with `RowReader.get(column, FIELD)` where `FIELD` is one of
+the `Field`s below, and hands its jobs to `finish`, which checks every `JobSpec` against the same table
+(so a derived value such as `work_scale` cannot escape the ranges either) and refuses an empty workload.
+A bad value raises `WorkloadError(path, line, column, value, why)` naming the exact cell; loaders read the
+whole file before returning, so a bad row means nothing is produced and the CLI writes nothing.
+
+Numbers are plain ASCII decimals (`12`, `-3.5`, `1e3`): no `+`, `_`, `inf`/`nan`, hex, or non-ASCII digits,
+which Python's `float()` would otherwise accept. `FIELDS` is the table documented in docs/workloads.md.
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
 import hashlib
-from collections.abc import Callable, Iterator
+import io
+import re
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elastisched.core.errors import WorkloadError
+from elastisched.core.errors import ConfigError, WorkloadError
 from elastisched.core.types import JobSpec
+
+MAX_TIME = 10 * 365 * 86400.0  # ten years of seconds: the longest span a workload may cover
+MAX_FILE_BYTES = 256 * 2**20  # a trace file (after gunzip); the 82k-job Philly trace is 3.4 MB
+MAX_NAME = 200  # characters in a job name
+_NUMBER = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")
+_MAX_NUMBER_CHARS = 40
+
+
+def _short(value: object, limit: int = 60) -> object:
+    """Values echoed in errors are cut so that one bad 100 kB cell still gives a one-line message."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + f"...({len(value)} chars)"
+    return value
+
+
+def looks_numeric(text: str) -> bool:
+    """True when `text` has the shape of a plain decimal (it may still be out of range)."""
+    return _NUMBER.fullmatch(text.strip(" ")) is not None
+
+
+def parse_number(text: str) -> float:
+    """A finite ASCII decimal; `ValueError` (with the reason) for anything else."""
+    s = text.strip(" ")
+    if len(s) > _MAX_NUMBER_CHARS or not _NUMBER.fullmatch(s):
+        raise ValueError("not a plain decimal number (ASCII digits, optional '-', '.', exponent)")
+    f = float(s)
+    if f != f or f in (float("inf"), float("-inf")):
+        raise ValueError("not a finite number")
+    return f
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """A numeric field: integer or real, within [lo, hi] (lo excluded when `lo_open`)."""
+
+    name: str
+    integer: bool
+    lo: float
+    hi: float
+    lo_open: bool = False
+    doc: str = ""
+
+    @property
+    def range_text(self) -> str:
+        def fmt(x: float) -> str:
+            return str(int(x)) if x == int(x) else f"{x:g}"
+        return f"{'(' if self.lo_open else '['}{fmt(self.lo)}, {fmt(self.hi)}]"
+
+    @property
+    def expected(self) -> str:
+        return f"must be {'an integer' if self.integer else 'a number'} in {self.range_text}"
+
+    def check(self, x: float) -> float:
+        if not (self.lo < x if self.lo_open else self.lo <= x) or not x <= self.hi:
+            raise ValueError(self.expected)
+        if self.integer and x != int(x):
+            raise ValueError(self.expected)
+        return x
+
+    def __call__(self, text: str) -> Any:
+        try:
+            x = parse_number(text)
+        except ValueError as e:
+            raise ValueError(f"{e}; {self.expected}") from None
+        x = self.check(x)
+        return int(x) if self.integer else x
+
+    def option(self, key: str, text: str) -> Any:
+        """Parse a command-line option value, raising `ConfigError(key, text, why)`."""
+        try:
+            return self(text)
+        except ValueError as e:
+            raise ConfigError(key, _short(text), str(e)) from None
+
+
+SUBMIT_TIME = Field("submit time", False, 0, MAX_TIME, doc="`time` (Pollux, Sia, DeepBoot, ONES), `arrival_time` "
+                    "(Gavel); seconds from the workload's start")
+RAW_TIMESTAMP = Field("raw timestamp", False, 0, 1e10, doc="raw trace `timestamp`/`time`: Unix seconds, or an ISO "
+                      "date read as UTC; rebased so the first job is at 0, and the span must fit the submit time range")
+DURATION = Field("duration", False, 0, MAX_TIME, lo_open=True, doc="seconds: Pollux/Sia `duration`, DeepBoot "
+                 "inference `duration` (DeepBoot's `-1` on a training row = absent)")
+RAW_DURATION = Field("raw duration", False, 0, MAX_TIME, doc="raw trace `duration` (jobs under 60 s are then dropped)")
+GPUS = Field("GPUs per job", True, 1, 65_536, doc="`num_replicas`, `num_gpus`, Gavel `scale_factor`")
+BATCH = Field("batch size", True, 1, 2**20, doc="`batch_size` (global; ONES: per GPU), Gavel's `(batch size N)`")
+WORK_SCALE = Field("work_scale", False, 0, 1e6, lo_open=True, doc="derived by the loader: multiples of the "
+                   "application's full run (checked like the others)")
+STEPS = Field("total steps", True, 1, 1e10, doc="Gavel `total_steps`")
+NUM_TASK = Field("inference tasks", True, 1, 10_000_000, doc="DeepBoot `num_task`")
+EPOCH_SIZE = Field("epoch size", True, 1, 1e9, doc="ONES `epoch_size` (samples)")
+PATIENCE = Field("patience", True, 1, 10_000, doc="ONES `patience` (epochs)")
+LR = Field("learning rate", False, 0, 100, lo_open=True, doc="ONES `lr`, `max_lr`")
+ACCURACY = Field("accuracy", False, 0, 1, doc="ONES `target_acc` (a fraction)")
+NUM_JOBS = Field("synthetic num_jobs", True, 1, 100_000, doc="`synthetic:num_jobs=`")
+RATE = Field("synthetic rate", False, 0, 1e6, lo_open=True, doc="`synthetic:rate=`, arrivals per hour")
+SAMPLE = Field("philly sample", True, 1, 10_000_000, doc="`philly:sample=` (all jobs when more than the trace has)")
+DAYS = Field("philly days", False, 0, 3650, lo_open=True, doc="`philly:days=`")
+SEED = Field("seed", True, 0, 2**32 - 1, doc="`--seed`, `philly:seed=`, `synthetic:seed=`")
+RESTART_COST = Field("restart cost", False, 0, 86_400, doc="`--restart-cost` (seconds)")
+FIELDS: tuple[Field, ...] = (SUBMIT_TIME, RAW_TIMESTAMP, DURATION, RAW_DURATION, GPUS, BATCH, WORK_SCALE, STEPS,
+                             NUM_TASK, EPOCH_SIZE, PATIENCE, LR, ACCURACY, NUM_JOBS, RATE, SAMPLE, DAYS, SEED,
+                             RESTART_COST)
+
+
+def name_text(v: str) -> str:
+    """A job or application name: printable, no surrounding blanks, at most `MAX_NAME` characters."""
+    s = v.strip()
+    if not s:
+        raise ValueError("must not be empty")
+    if len(s) > MAX_NAME:
+        raise ValueError(f"longer than {MAX_NAME} characters")
+    if not s.isprintable():
+        raise ValueError("contains control or non-printable characters")
+    return s
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,38 +171,69 @@ def file_digest(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _int(v: str) -> int:
-    f = float(v)
-    if f != int(f):
-        raise ValueError("not an integer")
-    return int(f)
+def read_bytes(path: str | Path) -> bytes:
+    """The file's bytes, gunzipped when it ends in `.gz`, bounded by `MAX_FILE_BYTES`; errors name the file."""
+    path = Path(path)
+    p = str(path)
+    try:
+        if path.is_dir():
+            raise WorkloadError(p, 0, "file", p, "is a directory, not a trace file")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise WorkloadError(p, 0, "file", size, f"larger than {MAX_FILE_BYTES} bytes")
+        raw = path.read_bytes()
+    except OSError as e:
+        raise WorkloadError(p, 0, "file", p, f"cannot read: {e.strerror or e}") from None
+    if path.suffix != ".gz":
+        return raw
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as g:
+            data = g.read(MAX_FILE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as e:
+        raise WorkloadError(p, 0, "file", p, f"not a valid gzip file: {str(e) or type(e).__name__}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise WorkloadError(p, 0, "file", p, f"decompresses to more than {MAX_FILE_BYTES} bytes")
+    return data
 
 
-def positive_int(v: str) -> int:
-    i = _int(v)
-    if i <= 0:
-        raise ValueError("must be > 0")
-    return i
+def read_text(path: str | Path) -> str:
+    """UTF-8 text (a leading BOM is dropped); an undecodable byte is reported with its line."""
+    data = read_bytes(path)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = len(re.findall(rb"\r\n|\r|\n", data[:e.start])) + 1  # the line as csv_rows counts it
+        bad = data[e.start:e.start + 1]
+        raise WorkloadError(str(path), line, "encoding", bad, f"not UTF-8 text (byte offset {e.start})") from None
 
 
-def nonneg_float(v: str) -> float:
-    f = float(v)
-    if not f >= 0 or f == float("inf"):
-        raise ValueError("must be a finite number >= 0")
-    return f
+def csv_rows(path: str | Path, text: str) -> tuple[list[str], Iterator[tuple[int, dict[str, str]]]]:
+    """Header and `(line, row)` pairs of a CSV text with any line ending; blank lines are skipped."""
+    p = str(path)
+    reader = csv.reader(io.StringIO(text, newline=""))
 
+    def nxt() -> list[str] | None:
+        try:
+            return next(reader)
+        except StopIteration:
+            return None
+        except csv.Error as e:
+            raise WorkloadError(p, reader.line_num, "row", None, f"malformed CSV: {e}") from None
 
-def positive_float(v: str) -> float:
-    f = nonneg_float(v)
-    if f <= 0:
-        raise ValueError("must be > 0")
-    return f
+    header = [h.strip() for h in (nxt() or [])]
+    dupes = sorted(h for h, n in Counter(header).items() if n > 1)  # (not list.count: a wide header is O(n))
+    if dupes:
+        raise WorkloadError(p, 1, dupes[0], None, "column appears more than once in the header")
 
-
-def nonempty(v: str) -> str:
-    if not v.strip():
-        raise ValueError("must not be empty")
-    return v.strip()
+    def rows() -> Iterator[tuple[int, dict[str, str]]]:
+        while (cells := nxt()) is not None:
+            if not cells or cells == [""] * len(cells):
+                continue
+            if len(cells) > len(header):
+                raise WorkloadError(p, reader.line_num, "row", len(cells),
+                                    f"row has {len(cells)} cells, the header {len(header)}")
+            yield reader.line_num, dict(zip(header, cells, strict=False))
+    return header, rows()
 
 
 class RowReader:
@@ -86,31 +242,78 @@ class RowReader:
     def __init__(self, path: str, line: int, row: dict[str, str]) -> None:
         self.path, self.line, self.row = path, line, row
 
-    def get(self, column: str, conv: Callable[[str], Any], default: Any = ...) -> Any:
+    def get(self, column: str, conv: Any, default: Any = ...) -> Any:
         raw = self.row.get(column)
-        if raw is None or raw == "":
+        if raw is None or raw.strip() == "":
             if default is not ...:
                 return default
             raise WorkloadError(self.path, self.line, column, raw, "missing value")
         try:
             return conv(raw)
-        except (ValueError, TypeError) as e:
-            raise WorkloadError(self.path, self.line, column, raw, str(e) or type(e).__name__) from None
+        except (ValueError, TypeError, OverflowError) as e:
+            raise WorkloadError(self.path, self.line, column, _short(raw), str(e) or type(e).__name__) from None
 
     def fail(self, column: str, why: str) -> WorkloadError:
-        return WorkloadError(self.path, self.line, column, self.row.get(column), why)
+        return WorkloadError(self.path, self.line, column, _short(self.row.get(column)), why)
 
 
 def require_columns(path: str, header: list[str], required: tuple[str, ...]) -> None:
     missing = [c for c in required if c not in header]
     if missing:
-        raise WorkloadError(path, 1, missing[0], None, f"missing column(s) {missing}; header is {header}")
+        shown = [_short(h, 30) for h in header[:20]]
+        raise WorkloadError(path, 1, missing[0], None, f"missing column(s) {missing}; header is {shown}")
 
 
-def check_sorted_unique(path: str, specs: list[JobSpec]) -> Iterator[JobSpec]:
+def check_job(spec: JobSpec) -> str | None:
+    """The first field of a `JobSpec` outside the schema's ranges, as 'column: why' (None when valid)."""
+    d, mx, g = spec.duration, spec.max_gpus, GPUS.hi
+    if (0.0 <= spec.submit_time <= MAX_TIME and type(spec.num_gpus) is int and 1 <= spec.num_gpus <= g
+            and type(spec.batch_size) is int and 1 <= spec.batch_size <= BATCH.hi
+            and type(spec.min_gpus) is int and 1 <= spec.min_gpus <= g
+            and (mx is None or (type(mx) is int and spec.min_gpus <= mx <= g))
+            and 0.0 < spec.work_scale <= WORK_SCALE.hi and (d is None or 0.0 < d <= MAX_TIME)
+            and 0 < len(spec.job_id) <= MAX_NAME and spec.job_id.isprintable() and spec.job_id == spec.job_id.strip()):
+        return None  # the common case, without building messages; anything else is explained below
+    checks: tuple[tuple[str, Field, float | None], ...] = (
+        ("submit_time", SUBMIT_TIME, spec.submit_time), ("num_gpus", GPUS, spec.num_gpus),
+        ("batch_size", BATCH, spec.batch_size), ("min_gpus", GPUS, spec.min_gpus),
+        ("max_gpus", GPUS, spec.max_gpus), ("work_scale", WORK_SCALE, spec.work_scale),
+        ("duration", DURATION, spec.duration))
+    for col, f, v in checks:
+        if v is None:
+            continue
+        try:
+            f.check(float(v))
+        except (ValueError, TypeError, OverflowError) as e:
+            return f"{col}: {e}"
+    if spec.max_gpus is not None and not spec.min_gpus <= spec.max_gpus:
+        return f"min_gpus: {spec.min_gpus} exceeds max_gpus {spec.max_gpus}"
+    try:
+        name_text(spec.job_id)
+    except ValueError as e:
+        return f"name: {e}"
+    return None
+
+
+def finish(path: str, name: str, jobs: Iterable[tuple[int, JobSpec]], digest: str,
+           inference: Iterable[InferenceTask] = (), keep_order: bool = False) -> Workload:
+    """Every loader's last step: range-check each job (derived fields too), refuse duplicate names and an
+    empty workload, and sort by (submit time, name) unless `keep_order` (the loader's order is already by
+    time, with its own tie-break). `jobs` pairs each spec with its source line."""
     seen: set[str] = set()
-    for i, s in enumerate(specs):
-        if s.job_id in seen:
-            raise WorkloadError(path, i + 2, "name", s.job_id, "duplicate job name")
-        seen.add(s.job_id)
-    return iter(sorted(specs, key=lambda s: (s.submit_time, s.job_id)))
+    out: list[JobSpec] = []
+    for line, spec in jobs:
+        bad = check_job(spec)
+        if bad is not None:
+            col, why = bad.split(": ", 1)
+            raise WorkloadError(path, line, col, _short(getattr(spec, col, spec.job_id)), why)
+        if spec.job_id in seen:
+            raise WorkloadError(path, line, "name", _short(spec.job_id), "duplicate job name")
+        seen.add(spec.job_id)
+        out.append(spec)
+    if not out:
+        raise WorkloadError(path, 1, "rows", 0, "no training jobs: an empty workload has no JCT to report")
+    if not keep_order:
+        out.sort(key=lambda s: (s.submit_time, s.job_id))
+    return Workload(name, tuple(out), path, digest, tuple(sorted(inference, key=lambda x: (x.submit_time, x.name))))
+

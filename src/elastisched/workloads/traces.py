@@ -20,10 +20,7 @@ measured throughput and efficiency models.
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 
@@ -33,11 +30,17 @@ from elastisched.core.errors import WorkloadError
 from elastisched.core.types import JobSpec
 from elastisched.models.registry import PerfModels
 from elastisched.workloads.schema import (
+    GPUS,
+    MAX_TIME,
+    RAW_DURATION,
+    RAW_TIMESTAMP,
     RowReader,
     Workload,
+    csv_rows,
     file_digest,
-    nonneg_float,
-    positive_int,
+    finish,
+    looks_numeric,
+    read_text,
     require_columns,
 )
 
@@ -50,10 +53,18 @@ def bundled_philly() -> Path:
 
 
 def _parse_time(v: str) -> float:
+    """Unix seconds, or an ISO 8601 date (a date without a zone is read as UTC, so runs do not depend on
+    the machine's time zone)."""
+    if looks_numeric(v):
+        return float(RAW_TIMESTAMP(v))
+    if not (v.isascii() and len(v) <= 40):
+        raise ValueError("not a number of seconds nor an ISO date such as 2017-10-09 07:01:55")
     try:
-        return float(v)
+        dt = datetime.fromisoformat(v.strip())
     except ValueError:
-        return datetime.fromisoformat(v).timestamp()
+        raise ValueError("not a number of seconds nor an ISO date such as 2017-10-09 07:01:55") from None
+    t = (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+    return float(RAW_TIMESTAMP.check(t))
 
 
 def application_for(gpu_hours: float, draw: int) -> str:
@@ -70,25 +81,26 @@ def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0
     """Load `timestamp|time,duration,num_gpus[,gpu_time]` rows; times are rebased to start at 0."""
     path = Path(path) if path is not None else bundled_philly()
     p = str(path)
-    raw = path.read_bytes()
-    text = gzip.decompress(raw).decode() if path.suffix == ".gz" else raw.decode()
-    reader = csv.DictReader(io.StringIO(text))
-    header = list(reader.fieldnames or [])
+    header, reader = csv_rows(p, read_text(path))
     tcol = "timestamp" if "timestamp" in header else "time"
     require_columns(p, header, (tcol, "duration", "num_gpus"))
     rows: list[tuple[float, float, int, int]] = []
-    for i, row in enumerate(reader, start=2):
+    for i, row in reader:
         r = RowReader(p, i, row)
         t = r.get(tcol, _parse_time)
-        d = r.get("duration", nonneg_float)
-        g = r.get("num_gpus", positive_int)
+        d = r.get("duration", RAW_DURATION)
+        g = r.get("num_gpus", GPUS)
         if d < min_duration or d * g >= max_gpu_hours * 3600:
             continue
         rows.append((t, d, g, i))
     if not rows:
         raise WorkloadError(p, 1, "duration", None, "no job passes the duration / GPU-time filters")
     rows.sort()
-    t0 = rows[0][0]
+    t0, first = rows[0][0], rows[0][3]
+    for t, _, _, i in rows:
+        if t - t0 > MAX_TIME:
+            raise WorkloadError(p, i, tcol, t, f"{t - t0:.0f} s after the first job (line {first}); a trace may "
+                                f"span at most {MAX_TIME:.0f} s")
     rows = [(t - t0, d, g, i) for t, d, g, i in rows]
     if start is not None or end is not None:
         lo, hi = start or 0.0, end if end is not None else float("inf")
@@ -99,7 +111,7 @@ def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0
         rows = [rows[k] for k in keep]
     draws = rng.integers(0, 1 << 30, size=len(rows))
     cache: dict[tuple[str, int], float] = {}
-    jobs = []
+    jobs: list[tuple[int, JobSpec]] = []
     for (t, d, g, line), draw in zip(rows, draws, strict=True):
         if max_gpus is not None:
             g = min(g, max_gpus)
@@ -110,7 +122,9 @@ def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0
         key = (app_name, g)
         if key not in cache:
             cache[key] = app.run_seconds(gpu_type, g, batch, gpus_per_node)
-        jobs.append(JobSpec(job_id=f"{path.name.split('.')[0]}-{line - 2}", submit_time=float(t),
-                            application=app_name, num_gpus=g, batch_size=batch, min_gpus=g, max_gpus=g,
-                            work_scale=d / cache[key], duration=d))
-    return Workload(name or path.name.split(".")[0], tuple(jobs), p, file_digest(path))
+        jobs.append((line, JobSpec(job_id=f"{path.name.split('.')[0]}-{line - 2}", submit_time=float(t),
+                                   application=app_name, num_gpus=g, batch_size=batch, min_gpus=g, max_gpus=g,
+                                   work_scale=d / cache[key], duration=d)))
+    if not jobs:
+        raise WorkloadError(p, 1, tcol, None, "no job in the chosen time window")
+    return finish(p, name or path.name.split(".")[0], jobs, file_digest(path), keep_order=True)

@@ -1,0 +1,251 @@
+"""Engine-owned bookkeeping of one job — the ONE object both bodies keep per job (DESIGN.md "Who owns what").
+
+The simulator and the live service each hold a `JobState` per active job and call the same methods at the
+same moments (`advance` before any change and when a round needs fresh progress, `apply` when an action
+takes effect), so attained service, progress, samples and restarts follow one rule in both:
+- attained service: GPU-seconds held, restarts included; run time: seconds with GPUs held;
+- progress (reference-batch steps, Pollux units) integrates the model's goodput outside the restart window
+  that follows every launch or resize; a mixed-type placement runs at the pace of its slowest GPU type
+  (synchronous data parallelism: every step waits for the slowest worker), `running_type`;
+- an IIDP allocation (same local batch on every GPU, per-node accumulation: JABAS) runs at the rate of
+  `models.iidp_pollux.iidp_iteration_time` instead (its slowest node's step with its accumulation);
+- a job whose application has no profile (`app` None) accrues attained service only; its progress stays 0
+  until measured progress (hints) arrives through `measured`.
+
+Between two events a running job's configuration is fixed, so its progress is piecewise linear: constant
+goodput within an epoch (the gradient statistics change per epoch), a new rate after each epoch boundary.
+`advance` integrates exactly over the boundaries and `finish_time` predicts the completion instant, so the
+simulator never steps time in small increments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, JobSpec, JobView
+from elastisched.models.application import Application, BatchConfig
+from elastisched.models.iidp_pollux import iidp_iteration_time
+
+INF = float("inf")
+
+
+def keeps_gpus(old: Allocation, new: Allocation) -> bool:
+    """Whether a change from `old` to `new` keeps some GPUs: a running job shares at least one node with its
+    new placement (GPUs on a node are interchangeable in the model, so overlap is counted per node)."""
+    if not old.placement or not new.placement:
+        return False
+    have = dict(old.placement)
+    return any(min(have.get(n, 0), g) > 0 for n, g in new.placement)
+
+
+def running_type(app: Application, types: set[str] | frozenset[str]) -> str:
+    """GPU type whose pace a placement over `types` runs at: the slowest for this application."""
+    if len(types) == 1:
+        return next(iter(types))
+    one = app.batch_config(1, app.init_batch_size)
+    return min(sorted(types), key=lambda t: app.throughput(t, (1,), one))
+
+
+def allocation_rates(app: Application, gpu_type: str, shape: tuple[int, ...], cfg: BatchConfig,
+                     alloc: Allocation | None = None, node_types: Mapping[str, str] | None = None
+                     ) -> tuple[float, np.ndarray]:
+    """(samples/s, progress/s per epoch) of a running allocation: the one place a rate comes from the models.
+    An IIDP allocation (`local_batch`, per-node `accumulation` and `batch_size` all set) runs at the IIDP rate
+    rule of `models.iidp_pollux`; any other at the data-parallel rule on `gpu_type` (the slowest)."""
+    if (alloc is not None and node_types is not None and alloc.local_batch and alloc.accumulation is not None
+            and alloc.batch_size):
+        t_iter = iidp_iteration_time(app, node_types, alloc.placement, alloc.local_batch, alloc.accumulation)
+        return alloc.batch_size / t_iter, app.efficiency.gains(alloc.batch_size) / t_iter
+    t_iter = app.iteration_time(gpu_type, shape, cfg)
+    return cfg.global_batch / t_iter, app.efficiency.gains(cfg.global_batch) / t_iter
+
+
+def new_state(spec: JobSpec, app: Application | None, now: float) -> JobState:
+    """The state of a job that has just arrived (progress bounds scaled by its `work_scale`)."""
+    bounds = [b * spec.work_scale for b in app.epoch_end] if app is not None else [0.0, 1.0]
+    return JobState(spec, app, bounds, updated=now)
+
+
+@dataclass(slots=True, eq=False)
+class JobState:
+    spec: JobSpec
+    app: Application | None  # None: no profile; attained service only
+    bounds: list[float]  # progress at the end of each epoch (scaled by work_scale), bounds[0] = 0
+    allocation: Allocation = NO_ALLOCATION
+    gpu_type: str = ""
+    shape: tuple[int, ...] = ()  # GPUs per node of the placement
+    cfg: BatchConfig | None = None
+    progress: float = 0.0
+    samples: float = 0.0  # training samples processed (restart time excluded)
+    samples_per_s: float = 0.0  # samples/s of the current configuration (0 when not running)
+    epoch: int = 0
+    restart_until: float = 0.0
+    attained: float = 0.0
+    run_time: float = 0.0
+    updated: float = 0.0
+    start_time: float | None = None
+    end_time: float | None = None
+    failed: bool = False  # ended by a failure, not by finishing its work
+    modelled: bool = False  # the model covers the running configuration (it has a profile of that GPU type)
+    reason: str | None = None  # last pending reason a decision gave it (a `PendingReason` value)
+    last_resize: float | None = None
+    launches: int = 0
+    preemptions: int = 0
+    version: int = 0  # bumps on every allocation change; stale completion events are ignored
+    rates: np.ndarray | None = None  # progress/s per epoch for the current config
+    observed: dict[int, float] = field(default_factory=dict)  # GPUs -> samples/s measured
+    gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
+    view: JobView | None = None
+    _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
+    _bounds_np: np.ndarray | None = None
+
+    @property
+    def bounds_arr(self) -> np.ndarray:
+        if self._bounds_np is None:
+            self._bounds_np = np.asarray(self.bounds, dtype=float)
+        return self._bounds_np
+
+    @property
+    def total(self) -> float:
+        return self.bounds[-1]
+
+    @property
+    def gpus(self) -> int:
+        return self.allocation.gpus
+
+    def rate(self, epoch: int) -> float:
+        if self.rates is None:
+            assert self.cfg is not None and self.app is not None
+            self.rates = allocation_rates(self.app, self.gpu_type, self.shape, self.cfg, self.allocation,
+                                          self._node_types)[1]
+        return float(self.rates[min(epoch, len(self.rates) - 1)])
+
+    def advance(self, t: float, finishing: bool = False) -> None:
+        """Bring progress and accounting up to time `t` (`finishing`: `t` is the completion instant)."""
+        dt = t - self.updated
+        if dt <= 0:
+            return
+        g = self.allocation.gpus
+        if g:
+            self.attained += dt * g
+            self.run_time += dt
+            self.gpu_seconds_by_type[self.gpu_type] = self.gpu_seconds_by_type.get(self.gpu_type, 0.0) + dt * g
+            self.samples += self.samples_per_s * max(0.0, t - max(self.updated, self.restart_until))
+            if not self.modelled:  # no model of this configuration: progress only from measurements
+                self.updated = t
+                self.view = None
+                return
+            if finishing:
+                self.progress, self.epoch = self.total, len(self.bounds) - 1
+                self.updated = t
+                self.view = None
+                return
+            now = max(self.updated, min(t, self.restart_until))
+            while now < t and self.epoch < len(self.bounds) - 1:
+                r = self.rate(self.epoch)
+                nxt = self.bounds[self.epoch + 1]
+                need = (nxt - self.progress) / r
+                if now + need <= t:
+                    self.progress = nxt
+                    self.epoch += 1
+                    now += need
+                else:
+                    self.progress += r * (t - now)
+                    now = t
+        self.updated = t
+        self.view = None
+
+    def apply(self, alloc: Allocation, now: float, node_types: Mapping[str, str], restart_cost: float,
+              resize_cost: float | None = None, reconfigure_cost: float | None = None) -> None:
+        """Make `alloc` the job's allocation from `now` (call `advance(now)` first). `node_types`: GPU type of
+        each of its nodes. A launch or change costs `restart_cost` without progress; `resize_cost`, when given,
+        is the cost of a change that keeps some of its GPUs (an in-memory resize); `reconfigure_cost`, when
+        given, that of a new batch / IIDP configuration on the very same GPUs (applied in place, JABAS and
+        AdaptDL; not counted as a restart)."""
+        old = self.allocation
+        self.version += 1
+        self.view = None
+        self.rates = None
+        if not alloc.placement:
+            self.allocation, self.cfg, self.shape, self.samples_per_s = NO_ALLOCATION, None, (), 0.0
+            self.modelled = False
+            return
+        app = self.app
+        self._node_types = node_types
+        types = set(node_types.values())
+        known = app is not None and all(t in app.profile.throughput for t in types)
+        self.gpu_type = running_type(app, types) if known and app is not None else min(types)
+        self.shape = tuple(g for _, g in alloc.placement)
+        gpus = alloc.gpus
+        batch = alloc.batch_size or self.spec.batch_size
+        self.allocation = alloc
+        if reconfigure_cost is not None and old.placement and sorted(old.placement) == sorted(alloc.placement):
+            self.restart_until = max(self.restart_until, now + reconfigure_cost)
+            self.launches -= 1  # not a restart (undone by the += 1 below)
+        elif resize_cost is not None and keeps_gpus(old, alloc):
+            # in-memory resize: survivors keep running state; a launch still in progress is not cut short
+            self.restart_until = max(self.restart_until, now + resize_cost)
+        else:
+            self.restart_until = now + restart_cost
+        self.launches += 1
+        if self.start_time is None:
+            self.start_time = now
+        else:
+            self.last_resize = now
+        self.modelled = known
+        self.samples_per_s = 0.0
+        if app is None:
+            self.cfg = None
+            return
+        self.cfg = app.batch_config(gpus, batch)
+        if self.modelled:
+            self.samples_per_s, self.rates = allocation_rates(app, self.gpu_type, self.shape, self.cfg, alloc,
+                                                              node_types)
+            self.observed[gpus] = self.samples_per_s
+
+    def measured(self, steps: float, batch: int, t: float) -> None:
+        """Measured progress (optimizer steps at global batch `batch`, at time `t`) replaces the estimate."""
+        if self.app is None:
+            return
+        epoch = self.app.epoch_at(self.progress, self.spec.work_scale)
+        self.progress = min(self.total, steps * self.app.efficiency.gain(batch, epoch))
+        self.epoch = min(self.app.epoch_at(self.progress, self.spec.work_scale), len(self.bounds) - 1)
+        self.updated = max(self.updated, t)
+        self.view = None
+
+    def finish_time(self) -> float:
+        """When the job completes if nothing changes (INF when not running or without a model)."""
+        if not self.allocation.gpus or not self.modelled:
+            return INF
+        now = max(self.updated, self.restart_until)
+        e = self.epoch
+        last = len(self.bounds) - 1
+        if e >= last:
+            return now
+        self.rate(e)
+        assert self.rates is not None
+        work = np.diff(self.bounds_arr[e:])
+        work[0] = self.bounds_arr[e + 1] - self.progress
+        return now + float(np.sum(work / self.rates[e:last]))
+
+    def phase(self, now: float) -> JobPhase:
+        if self.end_time is not None:
+            return JobPhase.FAILED if self.failed else JobPhase.SUCCEEDED
+        if not self.allocation.gpus:
+            return JobPhase.PENDING
+        return JobPhase.RESTARTING if now < self.restart_until else JobPhase.RUNNING
+
+    def make_view(self, now: float) -> JobView:
+        if self.view is None:
+            self.view = JobView(
+                spec=self.spec, phase=self.phase(now), allocation=self.allocation, progress=self.progress,
+                total_work=self.total, epoch=self.epoch, attained_service=self.attained, run_time=self.run_time,
+                updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
+                num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
+                observed_throughput=MappingProxyType(dict(self.observed)), samples_done=self.samples,
+                model=self.app)
+        return self.view

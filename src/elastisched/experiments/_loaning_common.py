@@ -1,0 +1,69 @@
+"""Pieces shared by the loaning experiments (`lyra`, `lyra-deepboot`): cluster shapes, elastic marking, one
+simulator run with a loan plan, and the per-run summary rows they tabulate."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from elastisched.core.types import NodeView, Pool
+from elastisched.experiments.base import ProgressFactory, Table
+from elastisched.loaning.timeline import LoanPlan
+from elastisched.models.registry import PerfModels
+from elastisched.policies import lyra as _lyra_policy  # noqa: F401  (registers "lyra" for make_policy)
+from elastisched.policies.base import Policy, make_policy
+from elastisched.sim import LoanTimeline, SimConfig, SimResult, simulate
+from elastisched.workloads.schema import Workload
+
+
+def nodes_of(gpus: int, per_server: int, gpu_type: str = "t4") -> tuple[NodeView, ...]:
+    """`gpus` GPUs as full `per_server`-GPU servers plus one smaller server for the remainder."""
+    full, rest = divmod(gpus, per_server)
+    sizes = [per_server] * full + ([rest] if rest else [])
+    return tuple(NodeView(f"{gpu_type}-{i}", gpu_type, n, Pool.TRAIN, i) for i, n in enumerate(sizes))
+
+
+def make_elastic(wl: Workload, fraction: float, max_factor: int, seed: int, min_of: Callable[[int], int]
+                 ) -> Workload:
+    """A seeded `fraction` of the jobs becomes elastic between `min_of(request)` and `max_factor × request`."""
+    rng = np.random.default_rng(seed + 7919)
+    jobs = []
+    for s in wl.jobs:
+        if rng.random() < fraction:
+            s = dataclasses.replace(s, elastic=True, min_gpus=min_of(s.num_gpus), max_gpus=max_factor * s.num_gpus)
+        jobs.append(s)
+    return dataclasses.replace(wl, jobs=tuple(jobs))
+
+
+def lyra(**opts: Any) -> Policy:
+    return make_policy("lyra", **opts)
+
+
+def run_sim(wl: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels, plan: LoanPlan | None,
+            seed: int, progress: ProgressFactory | None = None, task: str = "") -> SimResult:
+    """One simulation, with the inference side's loan plan (None: no loaning)."""
+    loans = LoanTimeline(plan.steps, plan.gpu_type, plan.gpus_per_server) if plan is not None else None
+    cb = progress(task or policy.name) if progress else None
+    return simulate(wl, policy, nodes, models, SimConfig(seed=seed, loans=loans, progress=cb))
+
+
+SUMMARY_KEYS = ("avg_jct", "median_jct", "p95_jct", "avg_queue", "p95_queue", "makespan", "gpu_utilization",
+                "restarts", "preemptions", "reclaims", "reclaim_preemptions", "n_finished", "n_jobs",
+                "decision_ms_p50", "decision_ms_p99", "wall_seconds")
+RUN_COLUMNS = {"run": "run", "avg_jct": "avg JCT (s)", "p95_jct": "p95 JCT (s)", "avg_queue": "avg queue (s)",
+               "p95_queue": "p95 queue (s)", "makespan": "makespan (s)",
+               "gpu_utilization": "GPU utilisation (fraction)", "restarts": "restarts (count)",
+               "reclaims": "reclaims (count)",
+               "reclaim_preemptions": "reclaim preemptions (count)", "n_finished": "finished (jobs)"}
+
+
+def run_summary(res: SimResult) -> dict[str, Any]:
+    return {k: res.summary.get(k) for k in SUMMARY_KEYS}
+
+
+def runs_table(summaries: dict[str, dict[str, Any]], title: str) -> Table:
+    """The headline columns (all of `SUMMARY_KEYS` stay in the JSON data)."""
+    return Table(dict(RUN_COLUMNS), [{"run": k, **v} for k, v in summaries.items()], title)

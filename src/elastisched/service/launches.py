@@ -1,0 +1,174 @@
+"""The daemon's side of running workers: it is the single writer of the jobs and generations tables.
+
+Before a backend acts, an action that starts workers becomes a planned generation in the store — number,
+cause, placement, batch and a fresh launch token, in one transaction with the job's row — and the action
+carries it as its `LaunchSpec`. The backend reports facts (`JobStarted` with the PIDs, `GenerationEnded`
+with how); this module records them and decides what follows: a failed generation is retried from its
+checkpoint up to `max_retries` times, an interrupted or lost one resumes from its checkpoint, a launch that
+could not start fails its job with the reason. After a restart, `records` tells the backend which
+generations the store knows and whether each is still wanted (a cancelled or held job's, or a superseded
+one's, is stopped, never relaunched).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from elastisched.backends._faults import pause
+from elastisched.backends.base import GenerationEnded, GenerationRecord, JobStarted
+from elastisched.core.events import Action, ActionKind, LaunchSpec
+from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, PendingReason
+from elastisched.service.store import ACTIVE, Store
+
+
+def _placement(p: Any) -> tuple[tuple[str, int], ...]:
+    return tuple((str(n), int(k)) for n, k in p or ())
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the daemon does about a generation that ended: `job_state` (a terminal state, or None) with its
+    `message`, and `relaunch` (an action to hand the backend, or None)."""
+
+    job_state: str | None = None
+    message: str | None = None
+    relaunch: Action | None = None
+    note: str | None = None  # event kind to record ("retried", "resumed")
+
+
+class Launches:
+    def __init__(self, store: Store, max_retries: int = 2) -> None:
+        self.store = store
+        self.max_retries = max_retries
+
+    def prepare(self, actions: list[Action]) -> list[Action]:
+        """Persist what each action starts or stops; LAUNCH / RESIZE come back with their launch spec."""
+        out = []
+        for a in actions:
+            if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE) and a.launch is None:
+                planned = self.plan(a)
+                if planned is not None:
+                    out.append(planned)
+                continue
+            if a.kind is ActionKind.SUSPEND:
+                self.stopping(a.job_id)
+            out.append(a)
+        return out
+
+    def stopping(self, job_id: str) -> None:
+        """The job's live generations are about to be stopped (a restart after a crash in between must not
+        resume them as if they had been lost)."""
+        self.store.update_generation(job_id, None, state="STOPPING")
+
+    def plan(self, a: Action, cause: str | None = None) -> Action | None:
+        row = self.store.get_job(a.job_id)
+        if row is None or row["state"] not in ACTIVE:
+            return None
+        gen = int(row["generation"]) + 1
+        if cause is None:
+            cause = "launch" if a.kind is ActionKind.LAUNCH else "resize"
+            if cause == "launch" and gen > 1:
+                cause = "resume"  # a suspended (preempted / reclaimed) job continues from its checkpoint
+        batch = a.allocation.batch_size or row["spec"].get("batch_size")
+        placement = [[n, k] for n, k in a.allocation.placement]
+        token = secrets.token_hex(16)
+        with self.store.tx() as c:
+            if a.kind is ActionKind.RESIZE:
+                self.store.update_generation(a.job_id, None, conn=c, state="STOPPING")
+            self.store.add_generation(c, a.job_id, gen, cause=cause, placement=placement, batch_size=batch,
+                                      token=token)
+            self.store.update_job(a.job_id, conn=c, generation=gen, placement=placement, batch_size=batch,
+                                  restarts=int(row["restarts"]) + (cause != "launch"), state=JobPhase.RESTARTING.value)
+            self.store.add_event(a.job_id, cause, {"generation": gen, "placement": placement, "batch_size": batch},
+                                 conn=c)
+        spec = LaunchSpec(script=row["script"], args=tuple(row["args"]), generation=gen, cause=cause, token=token,
+                          batch_size=batch)
+        return Action(a.kind, a.job_id, a.allocation, a.previous, spec)
+
+    def started(self, e: JobStarted) -> None:
+        fields: dict[str, Any] = {"state": "RUNNING", "pids": [list(p) for p in e.pids],
+                                  "devices": list(e.devices) if e.devices else None}
+        if not e.adopted:
+            fields |= {"started_at": e.time, "port": e.port}
+        self.store.update_generation(e.job_id, e.generation, **fields)
+        if e.adopted:
+            self.store.add_event(e.job_id, "adopted", {"generation": e.generation, "pids": fields["pids"]})
+
+    def ended(self, e: GenerationEnded, row: dict[str, Any]) -> Outcome:
+        self.store.update_generation(e.job_id, e.generation, state="EXITED", exit_codes=list(e.exit_codes),
+                                     outcome=e.outcome, ended_at=e.time)
+        pause("ended", f"{e.job_id}:{e.generation}:{e.outcome}")  # crash-test hook (backends/_faults.py)
+        if e.generation != int(row["generation"]) or e.outcome in ("stopped", "cancelled"):
+            return Outcome()  # a superseded generation, or a stop we asked for
+        if e.outcome == "succeeded":
+            return Outcome(JobPhase.SUCCEEDED.value)
+        if e.outcome == "launch_failed" or row["cancel_requested"] or row["held"]:
+            return Outcome(JobPhase.FAILED.value if e.outcome == "launch_failed" else None, e.reason or None)
+        alloc = Allocation(placement=_placement(row["placement"]), batch_size=row["batch_size"])
+        if not alloc.placement:
+            return Outcome()
+        if e.outcome == "failed":
+            if int(row["retries"]) >= self.max_retries:
+                return Outcome(JobPhase.FAILED.value, e.reason or f"generation {e.generation} failed")
+            self.store.update_job(e.job_id, retries=int(row["retries"]) + 1)
+            act = self.plan(Action(ActionKind.LAUNCH, e.job_id, alloc, NO_ALLOCATION), cause="retry")
+            return Outcome(relaunch=act, note="retried", message=e.reason)
+        act = self.plan(Action(ActionKind.LAUNCH, e.job_id, alloc, NO_ALLOCATION), cause="resume")
+        return Outcome(relaunch=act, note="resumed", message=e.reason)
+
+    def unsettled(self) -> list[GenerationEnded]:
+        """Ends recorded whose consequence a crash cut off: the job still holds its placement while its current
+        generation has EXITED, and nothing was relaunched (no generation is live, so `records` skips it and
+        the job would stay running forever). Replayed at startup through `ended`, which is idempotent but for
+        a failed generation's retry count (it may count that failure twice)."""
+        latest: dict[str, dict[str, Any]] = {}
+        for g in self.store.generations():
+            if int(g["generation"]) >= int(latest.get(g["job_id"], {"generation": 0})["generation"]):
+                latest[g["job_id"]] = g
+        out = []
+        for row in self.store.list_jobs(ACTIVE):
+            g = latest.get(row["id"])
+            if g is not None and g["state"] == "EXITED" and g["outcome"] and row["placement"] \
+                    and int(g["generation"]) == int(row["generation"]):
+                out.append(GenerationEnded(float(g["ended_at"] or 0.0), row["id"], int(g["generation"]), g["outcome"],
+                                           tuple(g["exit_codes"] or ()), "ended before a crash"))
+        return out
+
+    def nodes_lost(self, lost: set[str]) -> list[Action]:
+        """Nodes left the cluster (a backend's `NodesChanged`): every job placed on one is down. Each is marked
+        suspended (requeued, reason Preempted) and comes back as a SUSPEND action whose stop frees what is left
+        of its generation; the engine then places it again, from its last checkpoint."""
+        out = []
+        for row in self.store.active_light():
+            place = _placement(row["placement"])
+            if lost & {n for n, _ in place}:
+                self.stopping(row["id"])
+                with self.store.tx() as c:
+                    self.store.update_job(row["id"], conn=c, state=JobPhase.SUSPENDED.value, placement=[],
+                                          reason=PendingReason.PREEMPTED.value)
+                    self.store.add_event(row["id"], "node_lost", {"nodes": sorted(lost & {n for n, _ in place}),
+                                                                  "generation": row.get("generation")}, conn=c)
+                prev = Allocation(placement=place, batch_size=row["batch_size"])
+                out.append(Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev))
+        with self.store.tx() as c:
+            for loan in self.store.list_loans(("LOANED",)):
+                if loan["node_id"] in lost:  # a loaned server that died is not coming back
+                    self.store.update_loan(loan["node_id"], conn=c, state="RETURNED", returned_at=time.time())
+        return out
+
+    def records(self) -> list[GenerationRecord]:
+        """The generations the store says were planned or running, each with whether it is still wanted."""
+        out = []
+        for g in self.store.generations(live=True):
+            row = self.store.get_job(g["job_id"])
+            keep = (row is not None and row["state"] in ACTIVE and not row["cancel_requested"] and not row["held"]
+                    and int(row["generation"]) == int(g["generation"]) and bool(row["placement"])
+                    and g["state"] != "STOPPING")  # a stop we asked for and a crash cut off: finish it
+            alloc = Allocation(placement=_placement(g["placement"]), batch_size=g["batch_size"])
+            out.append(GenerationRecord(g["job_id"], int(g["generation"]), g.get("token") or "", alloc, g["state"],
+                                        tuple((int(p), t) for p, t in g["pids"] or ()), tuple(g["devices"] or ()),
+                                        keep))
+        return out

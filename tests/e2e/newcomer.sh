@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A newcomer's first minutes (issue 15), run by .ci/run after the test suite: a fresh clone, the Quick
+# start's `make run` (fresh venv, simulator-only install), a second `make run` (must not install again),
+# then every command of the README's first "Using it" block that is not marked (minutes) or (server),
+# exactly as printed, each within 60 s. Exits non-zero on the first failure.
+set -euo pipefail
+src="$(cd "$(dirname "$0")/../.." && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+git clone -q "$src" "$work/elastisched"
+[ -d "$src/../shared" ] && ln -s "$(cd "$src/../shared" && pwd)" "$work/shared"
+cd "$work/elastisched"
+
+echo "==> newcomer: make run (fresh clone)"
+make run > make-run.log 2>&1 || { tail -40 make-run.log; exit 1; }
+grep -q "Report: results/quickstart/report.html" make-run.log
+t0=$(date +%s)
+make run > make-run2.log 2>&1 || { tail -40 make-run2.log; exit 1; }
+t1=$(date +%s)
+if grep -q "pip install" make-run2.log; then echo "second make run installed again"; exit 1; fi
+echo "    second make run (no install): $((t1 - t0)) s"
+
+# shellcheck disable=SC1091
+source .venv/bin/activate
+python3 - > commands.txt <<'PY'
+import re
+text = open("README.md", encoding="utf-8").read()
+block = re.search(r"## Using it.*?```bash\n(.*?)```", text, re.S).group(1)
+cmd = ""
+for line in block.splitlines():
+    cmd += line.rstrip("\\").rstrip() + " " if line.rstrip().endswith("\\") else line
+    if line.rstrip().endswith("\\"):
+        continue
+    if cmd.strip() and "(minutes)" not in cmd and "(server)" not in cmd:
+        print(cmd.strip())
+    cmd = ""
+PY
+n=0
+while IFS= read -r c; do
+  n=$((n + 1))
+  echo "==> newcomer: $c"
+  s=$(date +%s)
+  timeout 60 bash -c "$c" > out.log 2>&1 || { echo "FAILED (or over 60 s): $c"; tail -30 out.log; exit 1; }
+  echo "    ok in $(( $(date +%s) - s )) s"
+done < commands.txt
+[ "$n" -ge 5 ] || { echo "only $n README commands found"; exit 1; }
+echo "newcomer: make run twice and $n README commands passed"

@@ -1,0 +1,206 @@
+"""DESIGN.md's dependency rule and "no import cycles", checked on the import graph of `src/elastisched`.
+
+The graph has one node per module and an edge for every import executed at run time, at module level or
+inside a function; imports under `if TYPE_CHECKING:` are type-only and left out. `from a.b import c` points
+at module `a.b.c` when it exists, else at `a.b`. Importing `a.b.c` is not counted as importing package `a`
+(the package's `__init__` is only partly initialised then, which Python supports).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = "elastisched"
+THIRD_PARTY = ("torch", "ray", "kubernetes")
+UPPER = ("experiments", "sim", "service", "backends", "train", "report", "cli", "runner", "reproduce_cli")
+#: per package: forbidden import prefixes (packages of elastisched are given without the `elastisched.` prefix)
+RULES: dict[str, tuple[str, ...]] = {
+    "core": (*UPPER, "models", "policies", "engine", "loaning", "workloads", *THIRD_PARTY),
+    "models": (*UPPER, "policies", "engine", "loaning", "workloads", *THIRD_PARTY),
+    "policies": (*UPPER, "engine", "workloads", *THIRD_PARTY),
+    "loaning": (*UPPER, "policies", "engine", "workloads", *THIRD_PARTY),
+    "engine": (*UPPER, "workloads", *THIRD_PARTY),
+    "train": ("sim", "engine", "policies", "service", "backends", "models", "loaning", "experiments"),
+}
+#: registry discovery, not a dependency: on first use a registry imports its own package so that every built-in
+#: plugin registers itself (a lazy import inside a function; `experiments.base` does the same via pkgutil)
+DISCOVERY = {("elastisched.policies.base", "elastisched.policies")}
+#: allowed exceptions to RULES: the workloads *schema* (types, not a loader) may be used by loaning
+ALLOWED = {"loaning": ("workloads.schema",)}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST, module: str, is_pkg: bool) -> Iterable[tuple[str, tuple[str, ...]]]:
+    """(imported module, names) for every run-time import statement under `tree`."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from (x for n in node.orelse for x in _imports(ast.Module([n], []), module, is_pkg))
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((a.name, ()) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_pkg else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target, tuple(a.name for a in node.names)
+        else:
+            yield from _imports(node, module, is_pkg)
+
+
+def modules(src: Path = SRC, pkg: str = PKG) -> dict[str, Path]:
+    out = {}
+    for path in sorted((src / pkg).rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def import_graph(src: Path = SRC, pkg: str = PKG) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(internal edges, all imported names incl. third-party) per module."""
+    mods = modules(src, pkg)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    raw: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text())
+        for target, names in _imports(tree, mod, path.name == "__init__.py"):
+            raw[mod].add(target)
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in mods]
+            raw[mod].update(subs)
+            for t in subs or ([target] if target in mods else []):
+                if t != mod:
+                    graph[mod].add(t)
+    return graph, raw
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def violations(raw: dict[str, set[str]], pkg: str = PKG) -> list[str]:
+    bad = []
+    for mod, targets in raw.items():
+        parts = mod.split(".")
+        if len(parts) < 2 or parts[1] not in RULES:
+            continue
+        own = parts[1]
+        for t in targets:
+            rel = t[len(pkg) + 1:] if t.startswith(pkg + ".") else (None if t == pkg else t)
+            if rel is None:
+                continue
+            hit = any(rel == f or rel.startswith(f + ".") for f in RULES[own])
+            if hit and not any(rel == a or rel.startswith(a + ".") for a in ALLOWED.get(own, ())):
+                bad.append(f"{mod} imports {t}")
+    return sorted(bad)
+
+
+def test_no_import_cycles() -> None:
+    graph, _ = import_graph()
+    for a, b in DISCOVERY:
+        graph[a].discard(b)
+    assert not cycles(graph), cycles(graph)
+
+
+def test_dependency_rule() -> None:
+    _, raw = import_graph()
+    bad = violations(raw)
+    assert not bad, "\n".join(bad)
+
+
+def _plant(tmp: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = tmp / "src" / PKG / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    for d in (tmp / "src" / PKG).rglob("*"):
+        if d.is_dir() and not (d / "__init__.py").exists():
+            (d / "__init__.py").write_text("")
+    (tmp / "src" / PKG / "__init__.py").touch()
+    return tmp / "src"
+
+
+def test_a_planted_cycle_is_found_but_a_type_only_import_is_not(tmp_path: Path) -> None:
+    src = _plant(tmp_path, {
+        "a/x.py": "from elastisched.a import y\n",
+        "a/y.py": "def f():\n    from elastisched.a.x import g  # lazy, still a run-time cycle\n",
+        "b/p.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from elastisched.b.q import T\n",
+        "b/q.py": "from elastisched.b import p\n",
+    })
+    graph, _ = import_graph(src)
+    assert cycles(graph) == [["elastisched.a.x", "elastisched.a.y"]]
+
+
+def test_a_planted_violation_is_found(tmp_path: Path) -> None:
+    src = _plant(tmp_path, {
+        "policies/bad.py": "import torch\nfrom elastisched.sim import simulate\nfrom ..report import plots\n",
+        "loaning/ok.py": "from elastisched.workloads.schema import InferenceTask\nfrom elastisched.core import types\n",
+        "loaning/bad.py": "def f():\n    from elastisched.workloads.traces import load_raw_trace\n",
+        "models/bad.py": "from elastisched import experiments\n",
+        "report/plots.py": "", "sim/__init__.py": "", "experiments/__init__.py": "",
+    })
+    _, raw = import_graph(src)
+    assert violations(raw) == [
+        "elastisched.loaning.bad imports elastisched.workloads.traces",
+        "elastisched.models.bad imports elastisched.experiments",
+        "elastisched.policies.bad imports elastisched.report",
+        "elastisched.policies.bad imports elastisched.report.plots",
+        "elastisched.policies.bad imports elastisched.sim",
+        "elastisched.policies.bad imports torch",
+    ]
+
+
+@pytest.mark.parametrize("package", sorted(RULES))
+def test_every_ruled_package_exists(package: str) -> None:
+    assert (SRC / PKG / package).is_dir()
