@@ -42,6 +42,10 @@ class Policy:
     elastic: ClassVar[bool] = False
     #: False if the policy never reads progress/epoch of running jobs: the simulator then skips refreshing them
     needs_progress: ClassVar[bool] = True
+    #: True if a batch-size change on an unchanged placement happens inside the running job, between steps, as
+    #: AdaptDL's adaptive batch size does: the simulator then charges `SimConfig.reconfigure_cost` (default 0)
+    #: instead of a restart (Pollux)
+    batch_in_place: ClassVar[bool] = False
     #: True if the policy cannot schedule a job without its performance model (no model-free fallback; it then
     #: raises ConfigError naming the job, `_common.require_model`): the live service refuses submissions that
     #: name no profiled application

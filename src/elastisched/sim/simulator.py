@@ -247,8 +247,12 @@ class Simulator:
             return
         pos = self._node_pos()
         restart = self.cfg.restart_cost if self.cfg.restart_cost is not None else job.app.restart_cost
+        # a policy whose jobs change their batch between steps (Pollux / AdaptDL) reconfigures in place, free
+        reconfigure = self.cfg.reconfigure_cost
+        if reconfigure is None and self.policy.batch_in_place:
+            reconfigure = 0.0
         job.apply(alloc, self.now, {n: self.nodes[pos[n]].gpu_type for n in alloc.nodes}, restart,
-                  self.cfg.resize_cost, self.cfg.reconfigure_cost)
+                  self.cfg.resize_cost, reconfigure)
         self._account(alloc, +1)
         self.running[jid] = job
         t_end = job.finish_time()

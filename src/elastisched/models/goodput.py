@@ -1,0 +1,194 @@
+"""Pollux goodput: a fitted step-time model × statistical efficiency, with the batch size chosen per allocation.
+
+What a goodput-adaptive scheduler believes about a job (Pollux OSDI'21 §3; artifact petuum/adaptdl
+`osdi21-artifact`, `simulator/goodput.py` and `speedup.py`, read, not copied):
+
+    T_accum   = α_c + β_c · b                                      (one forward/backward of atomic batch b)
+    T_net     = α + β · max(R − 2, 1e-8),  (α, β) = (α_n, β_n) if nodes > 1, (α_r, β_r) if R > 1, else 1e-8
+    T_optim   = (T_accum^γ + T_net^γ)^(1/γ)
+    T_step    = a · T_accum + T_optim                              (a extra accumulation steps)
+    THROUGHPUT = R · b · (a + 1) / T_step
+    EFFICIENCY = gain / s,  gain = (var + sqr) / (var / s + sqr),  s = M / M₀     (M = R · b · (a + 1))
+    GOODPUT    = THROUGHPUT × EFFICIENCY
+
+`optimize` picks, for every (nodes, replicas), the best of 50 global batch sizes spaced geometrically from
+max(M₀, b_min · R) to the largest batch, split into atomic batch and accumulation steps exactly as the
+artifact does (at least one accumulation step on a single replica above M₀, because the gradient statistics
+need two micro-batches). `fit_perf_params` fits (α_c … γ) to observed (nodes, replicas, b) → (accum time,
+step time) with the artifact's objective (RMS log error of both, a pull of γ towards 1, a penalty on
+β/α) and its priors: parameters that the observations cannot identify are pinned (α_c to half the mean
+accum time when only one atomic batch was seen; α_n, β_n when no multi-node run; α_r, β_r when no
+single-node multi-replica run; both β when no run had more than two replicas), and without multi-node
+observations α_n, β_n are raised to at least 1.1 × α_r, β_r. The gradient is analytic (the artifact uses
+autograd); L-BFGS-B from the artifact's starting point.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.optimize
+
+EPS = 1e-8
+NUM_BATCH_CANDIDATES = 50  # np.geomspace default, as in the artifact
+
+
+class PerfParams(NamedTuple):
+    alpha_c: float
+    beta_c: float
+    alpha_n: float
+    beta_n: float
+    alpha_r: float
+    beta_r: float
+    gamma: float
+
+
+def accum_time(p: PerfParams, atomic_bsz: np.ndarray) -> np.ndarray:
+    return p.alpha_c + p.beta_c * np.asarray(atomic_bsz, dtype=float)
+
+
+def network_time(p: PerfParams, num_nodes: np.ndarray, num_replicas: np.ndarray) -> np.ndarray:
+    nodes, reps = np.asarray(num_nodes), np.asarray(num_replicas)
+    conds = [nodes > 1, reps > 1]
+    alpha = np.select(conds, [p.alpha_n, p.alpha_r], EPS)
+    beta = np.select(conds, [p.beta_n, p.beta_r], EPS)
+    return alpha + beta * np.maximum(reps - 2, EPS)
+
+
+def optim_time(p: PerfParams, t_accum: np.ndarray, t_net: np.ndarray) -> np.ndarray:
+    g = p.gamma
+    return np.exp(np.log(t_accum**g + t_net**g) / g)
+
+
+class GoodputFunction:
+    """Goodput of one job for given (nodes, replicas, atomic batch, accumulation), vectorised over arrays."""
+
+    def __init__(self, perf: PerfParams, grad_sqr: float, grad_var: float, init_batch_size: int) -> None:
+        self.perf = perf
+        self.grad_sqr = float(grad_sqr)
+        self.grad_var = float(grad_var)
+        self.init_batch_size = int(init_batch_size)
+
+    def throughput(self, num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz: np.ndarray,
+                   accum_steps: np.ndarray) -> np.ndarray:
+        """Samples per second."""
+        ta = accum_time(self.perf, atomic_bsz)
+        to = optim_time(self.perf, ta, network_time(self.perf, num_nodes, num_replicas))
+        batch = np.asarray(num_replicas) * np.asarray(atomic_bsz) * (np.asarray(accum_steps) + 1)
+        return batch / (np.asarray(accum_steps) * ta + to)
+
+    def efficiency(self, batch_size: np.ndarray) -> np.ndarray:
+        """(φ + M₀) / (φ + M), φ the gradient noise scale, written through the gain as in the artifact."""
+        scale = np.asarray(batch_size, dtype=float) / self.init_batch_size
+        denom = self.grad_var / scale + self.grad_sqr
+        gain = np.where(denom > 0, (self.grad_var + self.grad_sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+        return gain / scale
+
+    def __call__(self, num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz: np.ndarray,
+                 accum_steps: np.ndarray) -> np.ndarray:
+        batch = np.asarray(num_replicas) * np.asarray(atomic_bsz) * (np.asarray(accum_steps) + 1)
+        return self.throughput(num_nodes, num_replicas, atomic_bsz, accum_steps) * self.efficiency(batch)
+
+    def optimize(self, num_nodes: np.ndarray | int, num_replicas: np.ndarray | int, max_batch_size: int,
+                 atomic_bsz_range: tuple[int, int], accumulation: bool = True,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Best (goodput, atomic batch, accumulation steps) per (nodes, replicas); goodput 0 when infeasible."""
+        nodes = np.atleast_1d(np.asarray(num_nodes))
+        reps = np.atleast_1d(np.asarray(num_replicas))
+        nodes, reps = np.broadcast_arrays(nodes, reps)
+        lo, hi = atomic_bsz_range
+        min_batch = np.maximum(self.init_batch_size, lo * reps)
+        batch = np.geomspace(min_batch, max_batch_size, NUM_BATCH_CANDIDATES)  # (50, K)
+        local = batch / reps
+        if accumulation:
+            accum = np.ceil(local / hi - EPS) - 1
+            accum = np.where((reps == 1) & (local > self.init_batch_size + EPS), np.maximum(accum, 1), accum)
+        else:
+            accum = np.zeros_like(local)
+        accum = accum.astype(int)
+        atomic = np.ceil(local / (accum + 1) - EPS).astype(int)
+        good = self(nodes, reps, atomic, accum)
+        good = np.where((lo <= atomic) & (atomic <= hi), good, 0.0)
+        best = np.argmax(good, axis=0)
+        cols = np.arange(good.shape[1])
+        return good[best, cols], atomic[best, cols], accum[best, cols]
+
+
+def speedup_table(fn: GoodputFunction, max_replicas: int, max_batch_size: int, atomic_bsz_range: tuple[int, int],
+                  base_goodput: float) -> np.ndarray:
+    """table[m, r] = goodput on r replicas (m = 1: spread over several nodes) / `base_goodput`; r = 0 → 0.
+
+    Goodput depends on the node count only through "more than one node" (the network term), so two rows
+    cover every placement; the artifact memoises the same values per (nodes, replicas).
+    """
+    r = np.arange(1, max_replicas + 1)
+    good1, _, _ = fn.optimize(np.ones_like(r), r, max_batch_size, atomic_bsz_range)
+    good2, _, _ = fn.optimize(np.full_like(r, 2), r, max_batch_size, atomic_bsz_range)
+    good2 = np.where(r >= 2, good2, good1)
+    table = np.zeros((2, max_replicas + 1))
+    table[0, 1:] = good1 / base_goodput
+    table[1, 1:] = good2 / base_goodput
+    return table
+
+
+def _objective(x: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, y_accum: np.ndarray,
+               y_optim: np.ndarray) -> tuple[float, np.ndarray]:
+    """The artifact's fit objective and its analytic gradient."""
+    ac, bc, an, bn, ar, br, g = x
+    n = len(bsz)
+    inter, intra = nodes > 1, (nodes <= 1) & (reps > 1)
+    retro = np.maximum(reps - 2, EPS)
+    pa = ac + bc * bsz
+    pn = np.where(inter, an + bn * retro, np.where(intra, ar + br * retro, EPS + EPS * retro))
+    s = pa**g + pn**g
+    lo = np.log(s) / g
+    x1 = np.log(pa) - np.log(y_accum)
+    z = lo - np.log(y_optim)
+    e1 = np.sqrt(np.mean(x1**2))
+    e2 = np.sqrt(np.mean(z**2))
+    val = e1 + e2 + 1e-3 * (g - 1) ** 2 + 1e-2 * ((bn / an) ** 2 + (br / ar) ** 2)
+    d1 = x1 / (n * e1) if e1 > 0 else np.zeros(n)  # d e1 / d log pa
+    d2 = z / (n * e2) if e2 > 0 else np.zeros(n)  # d e2 / d lo
+    dlo_dpa = pa ** (g - 1) / s
+    dlo_dpn = pn ** (g - 1) / s
+    dlo_dg = (pa**g * np.log(pa) + pn**g * np.log(pn)) / (s * g) - np.log(s) / g**2
+    dpa = d1 / pa + d2 * dlo_dpa
+    dpn = d2 * dlo_dpn
+    grad = np.array([
+        dpa.sum(), (dpa * bsz).sum(),
+        (dpn * inter).sum() - 2e-2 * bn**2 / an**3, (dpn * inter * retro).sum() + 2e-2 * bn / an**2,
+        (dpn * intra).sum() - 2e-2 * br**2 / ar**3, (dpn * intra * retro).sum() + 2e-2 * br / ar**2,
+        (d2 * dlo_dg).sum() + 2e-3 * (g - 1)])
+    return float(val), grad
+
+
+def fit_perf_params(num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz: np.ndarray,
+                    accum_step_time: np.ndarray, optim_step_time: np.ndarray) -> PerfParams:
+    """Fit the step-time model to observations (artifact `fit_perf_params`, priors included)."""
+    nodes = np.asarray(num_nodes, dtype=float)
+    reps = np.asarray(num_replicas, dtype=float)
+    bsz = np.asarray(atomic_bsz, dtype=float)
+    ya = np.asarray(accum_step_time, dtype=float)
+    yo = np.asarray(optim_step_time, dtype=float)
+    x0 = [1e-1, 1e-2] * 3 + [1.0 + 1e-3]
+    lower = [1e-8, 1e-8] * 3 + [1.0]
+    upper = [np.inf, np.inf] * 3 + [10.0]
+    if len(np.unique(bsz)) == 1:
+        x0[0] = lower[0] = upper[0] = float(np.mean(ya)) / 2
+    if not np.any(nodes > 1):
+        for i in (2, 3):
+            x0[i] = upper[i] = lower[i]
+    if not np.any((nodes == 1) & (reps > 1)):
+        for i in (4, 5):
+            x0[i] = upper[i] = lower[i]
+    if not np.any(reps > 2):
+        for i in (3, 5):
+            x0[i] = upper[i] = lower[i]
+    res = scipy.optimize.minimize(_objective, np.array(x0), args=(nodes, reps, bsz, ya, yo), jac=True,
+                                  method="L-BFGS-B", bounds=list(zip(lower, upper, strict=True)))
+    p = [float(v) for v in res.x]
+    if not np.any(nodes > 1):
+        p[2] = max(p[2], p[4] * 1.1)
+        p[3] = max(p[3], p[5] * 1.1)
+    return PerfParams(*p)

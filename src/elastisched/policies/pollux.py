@@ -1,0 +1,269 @@
+"""Pollux (Qiao et al., OSDI'21): goodput-adaptive co-scheduling of GPUs and batch sizes.
+
+Every 60 s the whole cluster is re-planned (§4.2): each job's *speedup* — its best goodput on r GPUs over its
+goodput at a fair share — comes from a step-time model fitted to what the job has run so far and its current
+gradient statistics (`models/goodput.py`), and a genetic search over job × node matrices
+(`models/pollux_ga.py`) maximises the p = −1 power mean of the speedups, with a restart penalty,
+interference avoidance and node limits. A job that moves gets the batch size (and accumulation) that
+maximises its predicted goodput on its new GPUs.
+
+Faithful to the artifact (petuum/adaptdl `osdi21-artifact`, `simulator/pollux.py`, `simulator.py`
+`get_pollux_job_info` / `Job.update_params` / `Job.update_local_bsz`; read, not copied):
+- Jobs are ordered by attained service, then submission time (earlier jobs win node capacity in repair).
+- A job learns online: after it has run at a configuration, the (nodes, replicas, atomic batch) → (accum,
+  step) time measured there joins its observations and the model is refitted; the gradient statistics are
+  those measured at its current batch size and epoch. Measurements are read from the job's own model
+  (`JobView.model`, fallback `ctx.perf.app(name)`) at the configuration it ran — what a live job reports as
+  hints. A job that has not run yet scales linearly (speedup r / fair share), as in the artifact.
+- A job may hold at most min(2 × the most replicas it has run on (≥ 1), 64, max batch / min local batch)
+  GPUs — it grows by at most doubling per round; ncf jobs hold one GPU at global batch 32,768 (artifact).
+- Restart factor of a job that would change: max(age − restarts · 30 s, 0) / (age + 30 s).
+- Fair share for the speedup base: ⌈GPUs / jobs⌉ replicas on ⌈nodes / GPUs⌉ node(s) (dominant share).
+- A job that has not run yet starts at batch max(M₀, b_min · r).
+- A job whose placement is unchanged re-optimises its batch size every round, in place (`batch_in_place`:
+  no restart), as the artifact's job does after every step; a moved job gets the best batch for its new GPUs.
+Differences: the artifact re-optimises after every epoch boundary inside a 60 s step too; we do it once per
+round. Heterogeneity: a job may use any node of a type it allows and its profile
+covers; the step time it measures on a mixed placement is the slowest type's (what the simulator runs).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
+from elastisched.models.application import Application
+from elastisched.models.goodput import GoodputFunction, PerfParams, fit_perf_params, speedup_table
+from elastisched.models.pollux_ga import AllocationProblem, search
+from elastisched.policies.base import Policy, PolicyContext, register
+
+RESTART_DELAY = 30.0  # seconds the restart factor charges per restart (artifact `delay = 30`)
+MAX_REPLICAS = 64  # artifact: "simulator can't handle more"
+NCF_BATCH = 32768  # artifact: ncf jobs under Pollux train at this fixed global batch, on one GPU
+#: a round's search stops once its best fitness has not improved for this many generations (None: always
+#: `generations`, as the artifact); the search is warm-started, so it converges early in most rounds
+PATIENCE = 10
+Obs = dict[tuple[int, int, int], tuple[float, float]]
+
+
+@register
+class PolluxPolicy(Policy):
+    name = "pollux"
+    description = ("Pollux (OSDI'21): goodput-adaptive; genetic search over GPU allocations maximising the "
+                   "p-norm of speedups, batch size chosen per allocation.")
+    interval = 60.0
+    elastic = True
+    batch_in_place = True
+
+    def __init__(self, pop_size: int = 100, generations: int = 100, max_nodes: int = 16,
+                 patience: int | None = PATIENCE) -> None:
+        self.pop_size = pop_size
+        self.generations = generations
+        self.patience = patience
+        self.max_nodes = max_nodes
+        self._obs: dict[str, Obs] = {}  # job → observed configurations
+        self._grad: dict[str, tuple[float, float]] = {}  # job → (grad_sqr, grad_var) last measured
+        self._fits: dict[tuple[Any, ...], PerfParams] = {}  # memo: (app, observations) → fitted params
+        self._prev: tuple[np.ndarray, list[str], list[str]] | None = None  # last front, its jobs, nodes
+        self._tables: dict[str, tuple[tuple[Any, ...], np.ndarray]] = {}  # job → (inputs, speedup table)
+
+    # ------------------------------------------------------------------ learning from what jobs ran
+    @staticmethod
+    def _app(job: JobView, ctx: PolicyContext) -> Application | None:
+        if job.model is not None:
+            return job.model  # type: ignore[no-any-return]
+        if ctx.perf is not None and job.spec.application in ctx.perf:
+            return ctx.perf.app(job.spec.application)
+        return None
+
+    def _observe(self, snap: ClusterSnapshot, job: JobView, app: Application, types: dict[str, str]) -> None:
+        """Record the configuration a running job has run at since its last (re)start (artifact `update_params`)."""
+        a = job.allocation
+        started = job.last_resize_time if job.last_resize_time is not None else job.start_time
+        if not a.placement or job.batch_size <= 0 or started is None or snap.now < started + app.restart_cost:
+            return
+        shape = tuple(g for _, g in a.placement)
+        cfg = app.batch_config(a.gpus, job.batch_size)
+        steps = [app.model(t).step_sync(shape, float(cfg.micro_batch))
+                 for t in {types[n] for n in a.nodes if n in types}]
+        step, sync = max(steps)
+        key = (len(shape), a.gpus, cfg.micro_batch)
+        self._obs.setdefault(job.job_id, {}).setdefault(key, (step - sync, step))
+        self._grad[job.job_id] = app.efficiency.grad_stats(job.batch_size, job.epoch)
+
+    def _perf(self, app: Application, obs: Obs) -> PerfParams:
+        key = (app.name, tuple(sorted(obs.items())))
+        p = self._fits.get(key)
+        if p is None:
+            if len(self._fits) > 20000:
+                self._fits.clear()
+            k = sorted(obs)
+            v = [obs[x] for x in k]
+            p = self._fits[key] = fit_perf_params([x[0] for x in k], [x[1] for x in k], [x[2] for x in k],
+                                                  [x[0] for x in v], [x[1] for x in v])
+        return p
+
+    def goodput_fn(self, job: JobView, app: Application) -> GoodputFunction | None:
+        """The job's believed goodput, or None before it has run (no measurements yet)."""
+        obs = self._obs.get(job.job_id)
+        grad = self._grad.get(job.job_id)
+        if not obs or grad is None:
+            return None
+        return GoodputFunction(self._perf(app, obs), grad[0], grad[1], app.init_batch_size)
+
+    # ------------------------------------------------------------------ the round
+    def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        types = {n.node_id: n.gpu_type for n in snap.nodes}
+        live = set(snap.jobs)
+        for jid in [j for j in self._tables if j not in live]:
+            self._tables.pop(jid, None)
+        for jid in [j for j in self._obs if j not in live]:
+            self._obs.pop(jid, None)
+            self._grad.pop(jid, None)
+        if not snap.jobs or not snap.nodes:
+            return Decision({}, {jid: PendingReason.RESOURCES for jid in snap.jobs})
+        apps = {jid: self._app(j, ctx) for jid, j in snap.jobs.items()}
+        for jid, job in snap.jobs.items():
+            app = apps[jid]
+            if app is not None and job.allocation.placement:
+                self._observe(snap, job, app, types)
+        jobs = sorted(snap.jobs.values(), key=lambda j: (j.attained(snap.now), j.spec.submit_time))
+        ids = [j.job_id for j in jobs]
+        node_ids = [n.node_id for n in snap.nodes]
+        caps = np.array([n.num_gpus for n in snap.nodes], dtype=np.int64)
+        total = int(caps.sum())
+        n_jobs = len(jobs)
+        fair_reps = math.ceil(total / n_jobs)
+        fair_nodes = math.ceil(len(node_ids) / total)
+        fns: dict[str, GoodputFunction | None] = {}
+        maxr = np.zeros(n_jobs, dtype=np.int64)
+        minr = np.zeros(n_jobs, dtype=np.int64)
+        cap = np.zeros((n_jobs, len(node_ids)), dtype=np.int64)
+        for i, job in enumerate(jobs):
+            app = apps[job.job_id]
+            fns[job.job_id] = self.goodput_fn(job, app) if app is not None else None
+            maxr[i] = self._max_replicas(job, app, total)
+            minr[i] = job.spec.min_gpus if job.spec.elastic else 0
+            allowed = set(job.spec.gpu_types or types.values())
+            if app is not None:
+                allowed &= set(app.gpu_types)
+            cap[i] = np.where([types[n] in allowed for n in node_ids], caps, 0)
+        rmax = int(maxr.max())
+        table = np.zeros((n_jobs, 2, rmax + 1))
+        for i, job in enumerate(jobs):
+            fn, app = fns[job.job_id], apps[job.job_id]
+            if fn is None or app is None:
+                table[i, :, :] = np.arange(rmax + 1) / fair_reps
+                continue
+            key = (fn.perf, fn.grad_sqr, fn.grad_var, fair_nodes, fair_reps, int(maxr[i]))
+            hit = self._tables.get(job.job_id)
+            if hit is None or hit[0] != key:
+                rng_b = (app.min_local_bsz, app.max_local_bsz)
+                base = float(fn.optimize(fair_nodes, fair_reps, app.max_batch_size, rng_b)[0][0])
+                hit = self._tables[job.job_id] = (key, speedup_table(fn, int(maxr[i]), app.max_batch_size, rng_b,
+                                                                     base))
+            table[i, :, : maxr[i] + 1] = hit[1]
+        pos = {n: k for k, n in enumerate(node_ids)}
+        base_state = np.zeros((n_jobs, len(node_ids)), dtype=np.int64)
+        for i, job in enumerate(jobs):
+            for n, g in job.allocation.placement:
+                if n in pos:
+                    base_state[i, pos[n]] += g
+        age = np.array([max(snap.now - j.spec.submit_time, 0.0) for j in jobs])
+        restarts = np.array([j.num_restarts for j in jobs], dtype=float)
+        factor = np.maximum(age - restarts * RESTART_DELAY, 0.0) / (age + RESTART_DELAY)
+        problem = AllocationProblem(table, base_state, caps, cap, maxr, minr, factor, len(node_ids) / total,
+                                    self.max_nodes)
+        states, values = search(problem, self._initial(base_state, ids, node_ids), ctx.rng, self.pop_size,
+                                self.generations, patience=self.patience)
+        self._prev = (states, ids, node_ids)
+        best = states[int(np.argmin(values[:, 0]))]
+        return self._decision(snap, jobs, best, base_state, node_ids, apps, fns)
+
+    def _max_replicas(self, job: JobView, app: Application | None, total: int) -> int:
+        if app is None:
+            cap = job.spec.num_gpus
+        elif app.name == "ncf":
+            cap = 1
+        else:
+            seen = max((k[1] for k in self._obs.get(job.job_id, {})), default=0)
+            cap = min(max(2 * seen, 1), MAX_REPLICAS, app.max_batch_size // app.min_local_bsz)
+        if job.spec.elastic:
+            cap = min(cap, job.spec.gpu_cap)
+        return max(1, min(cap, total))
+
+    def _initial(self, base: np.ndarray, ids: list[str], node_ids: list[str]) -> np.ndarray:
+        """The previous round's non-dominated states mapped onto today's jobs and nodes (artifact
+        `_adapt_prev_states`), or the current allocation alone."""
+        if self._prev is None:
+            return base[None]
+        prev, pjobs, pnodes = self._prev
+        out = np.zeros((len(prev), len(ids), len(node_ids)), dtype=np.int64)
+        jpos = {j: k for k, j in enumerate(pjobs)}
+        npos = {n: k for k, n in enumerate(pnodes)}
+        src_j = [jpos[j] for j in ids if j in jpos]
+        dst_j = [k for k, j in enumerate(ids) if j in jpos]
+        for k, n in enumerate(node_ids):
+            if n in npos and src_j:
+                out[:, dst_j, k] = prev[:, src_j, npos[n]]
+        return out
+
+    def _decision(self, snap: ClusterSnapshot, jobs: list[JobView], best: np.ndarray, base: np.ndarray,
+                  node_ids: list[str], apps: dict[str, Application | None],
+                  fns: dict[str, GoodputFunction | None]) -> Decision:
+        chosen: dict[str, Allocation] = {}
+        reasons: dict[str, PendingReason] = {}
+        for i, job in enumerate(jobs):
+            row = best[i]
+            if not row.any():
+                reasons[job.job_id] = PendingReason.NOT_SELECTED
+                continue
+            cur = job.allocation
+            if cur.placement and np.array_equal(row, base[i]):
+                # unchanged placement: the job re-optimises its batch in place (artifact: every step)
+                batch = self.batch_size(apps[job.job_id], fns[job.job_id], len(cur.placement), cur.gpus)
+                same = batch is None or batch == cur.batch_size or fns[job.job_id] is None
+                chosen[job.job_id] = cur if same else Allocation(placement=cur.placement, batch_size=batch)
+                continue
+            placement = tuple((node_ids[k], int(row[k])) for k in np.flatnonzero(row))
+            batch = self.batch_size(apps[job.job_id], fns[job.job_id], len(placement), int(row.sum()))
+            chosen[job.job_id] = Allocation(placement=placement, batch_size=batch)
+        allocs = {jid: chosen[jid] for jid in snap.jobs if jid in chosen}  # submission order
+        return Decision(allocs, reasons)
+
+    @staticmethod
+    def batch_size(app: Application | None, fn: GoodputFunction | None, nodes: int, replicas: int) -> int | None:
+        """Global batch for a new allocation (artifact `Job.update_local_bsz`); None = the job's own."""
+        if app is None:
+            return None
+        if app.name == "ncf":
+            return NCF_BATCH
+        if fn is None:
+            return int(max(app.init_batch_size, app.min_local_bsz * replicas))
+        _, atomic, accum = fn.optimize(nodes, replicas, app.max_batch_size, (app.min_local_bsz, app.max_local_bsz))
+        steps = replicas * (int(accum[0]) + 1)
+        atomic_b = min(int(atomic[0]), int(app.max_batch_size / steps))
+        return max(1, atomic_b * steps)
+
+    # ------------------------------------------------------------------ state
+    def on_finish(self, job_id: str, now: float) -> None:
+        self._obs.pop(job_id, None)
+        self._grad.pop(job_id, None)
+
+    def state_dict(self) -> dict[str, Any]:
+        prev = None
+        if self._prev is not None:
+            prev = {"states": self._prev[0].tolist(), "jobs": self._prev[1], "nodes": self._prev[2]}
+        return {"obs": {j: [[*k, *v] for k, v in o.items()] for j, o in self._obs.items()},
+                "grad": {j: list(g) for j, g in self._grad.items()}, "prev": prev}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._obs = {j: {(int(r[0]), int(r[1]), int(r[2])): (float(r[3]), float(r[4])) for r in rows}
+                     for j, rows in state.get("obs", {}).items()}
+        self._grad = {j: (float(g[0]), float(g[1])) for j, g in state.get("grad", {}).items()}
+        prev = state.get("prev")
+        self._prev = None if prev is None else (np.array(prev["states"], dtype=np.int64), list(prev["jobs"]),
+                                                list(prev["nodes"]))
