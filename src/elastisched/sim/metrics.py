@@ -58,7 +58,7 @@ def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], ow
         for b in sorted(set(grid)):
             cfg = app.batch_config(g, int(b))
             rb = app.efficiency.gains(cfg.global_batch) / app.iteration_time(gpu_type, shape, cfg)
-            r = rb if r is None else np.maximum(r, rb)
+            r = rb if r is None else _elementwise_max([r, rb])
         assert r is not None
         if len(_BEST) > 100_000:
             _BEST.clear()
@@ -73,8 +73,15 @@ def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_no
     r = _BEST.get(key)
     if r is None:
         shapes = {_balanced(g, k) for g in range(1, cap + 1) for k in range(-(-g // per_node), min(g, nodes) + 1)}
-        r = _BEST[key] = np.max([best_batch_rates(app, gpu_type, sh, own_batch) for sh in sorted(shapes)], axis=0)
+        r = _BEST[key] = _elementwise_max([best_batch_rates(app, gpu_type, sh, own_batch) for sh in sorted(shapes)])
     return r
+
+
+def _elementwise_max(rates: list[np.ndarray]) -> np.ndarray:
+    """Per-epoch maximum over candidates; profiles measured at different batches can cover different numbers
+    of epochs (Sia's validation files), so the common prefix is compared."""
+    n = min(len(r) for r in rates)
+    return np.max([r[:n] for r in rates], axis=0)
 
 
 def _balanced(g: int, k: int) -> tuple[int, ...]:
