@@ -50,6 +50,13 @@ def clean(address: str) -> str:
         "for pid, pg in placement_group_table().items():\n"
         "    if pg['state'] != 'REMOVED':\n"
         "        remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(pid))); n += 1\n"
+        "import time\n"
+        "deadline = time.monotonic() + 60\n"  # removal is asynchronous: wait until every gpu_* unit is free again
+        "while time.monotonic() < deadline:\n"
+        "    tot, av = ray.cluster_resources(), ray.available_resources()\n"
+        "    if all(av.get(k, 0) >= v for k, v in tot.items() if k.startswith('gpu_')):\n"
+        "        break\n"
+        "    time.sleep(0.2)\n"
         "print(n)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
