@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 from _backend_helpers import FAKE, wait_for
 
 from elastisched.backends.base import GenerationEnded, GenerationRecord, JobHints, JobStarted
@@ -190,6 +191,29 @@ def test_wrap_records_exit_code(tmp_path: Path) -> None:
     rc = subprocess.run([sys.executable, "-m", "elastisched.backends._wrap", str(exit_file), "--", sys.executable,
                          "-c", "raise SystemExit(7)"], timeout=30).returncode
     assert rc == 7 and exit_file.read_text() == "7"
+
+
+_SIGTERM_ME = "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(1.0)\n"
+
+
+@pytest.mark.parametrize(("body", "recorded"), [
+    # a plain script that survives the SIGTERM and exits 0: a stop, as before (no word from the library)
+    ("import signal; signal.signal(signal.SIGTERM, lambda *a: None)\n" + _SIGTERM_ME, "0 SIGTERM"),
+    # a library worker that got the SIGTERM after its last step and exits 0: it finished, run it never again
+    ("from elastisched.train import runtime; ctx = runtime.init()\n" + _SIGTERM_ME
+     + "assert ctx.stop_requested\n", "0"),
+    # a library worker that agreed on the stop and checkpointed: relaunch it
+    ("from elastisched.train import runtime; ctx = runtime.init()\n" + _SIGTERM_ME
+     + "ctx.stop_agreed = ctx.stop_requested\nctx.after_step()\nraise SystemExit(3)\n", "0 SIGTERM"),
+])
+def test_wrap_tells_a_finished_worker_from_a_checkpointed_stop(tmp_path: Path, body: str, recorded: str) -> None:
+    import subprocess
+    import sys
+
+    exit_file = tmp_path / "x.exit"
+    subprocess.run([sys.executable, "-m", "elastisched.backends._wrap", str(exit_file), "--", sys.executable,
+                    "-c", body], timeout=60, check=False)
+    assert exit_file.read_text() == recorded
 
 
 def test_gpu_nodes_get_one_visible_device_per_rank(backends: Callable[..., LocalBackend]) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 
 import ray
 
+from elastisched.backends._wrap import STOP_NOTE, settled_signals
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -54,7 +56,7 @@ class RankRunner:
 
     def start(self, args: list[str], env: dict[str, str], cwd: str, log_path: str, exit_file: str) -> tuple[int, int]:
         """Start `python -u -m elastisched.train._entry SCRIPT ARGS` (this node's interpreter); (pid, ticks)."""
-        full = {**os.environ, **env}
+        full = {**os.environ, **env, STOP_NOTE: f"{exit_file}.note"}
         if os.environ.get("CUDA_VISIBLE_DEVICES"):
             full["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]  # Ray's pick for this bundle
             full["LOCAL_RANK"] = "0"
@@ -75,6 +77,7 @@ class RankRunner:
             self.code = code
             tmp = f"{self.exit_file}.tmp"
             with open(tmp, "w", encoding="utf-8") as f:
+                self.signals = set(settled_signals(self.signals, code, f"{self.exit_file}.note"))
                 f.write(" ".join([str(code), *sorted(self.signals)]))
                 f.flush()
                 os.fsync(f.fileno())

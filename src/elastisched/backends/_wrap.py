@@ -3,6 +3,10 @@
 The file holds the code and the signals the wrapper forwarded: a worker of the training library exits 0
 both when it finished and when it checkpointed on SIGTERM, and only the latter must be relaunched.
 
+The worker's own word decides the ambiguous case: a SIGTERM forwarded after its last step finds a worker
+that finished, not one that checkpointed. The training library says which through the stop note
+(`train.contract.STOP_NOTE`, see `settled_signals`); a script without the library keeps the old reading.
+
 The file is what lets a restarted service learn how a worker it did not start (or that ended while the
 service was down) finished: a PID alone says nothing once the process is gone. Stdlib only, so it costs
 milliseconds next to a worker that imports torch.
@@ -12,11 +16,30 @@ Usage: python -m elastisched.backends._wrap EXIT_FILE -- CMD [ARGS...]
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 from types import FrameType
+
+STOP_NOTE = "ELASTISCHED_STOP_NOTE"  # = train.contract.STOP_NOTE (this module imports nothing of ours)
+
+
+def settled_signals(got: set[str] | list[str], code: int, note_path: str) -> list[str]:
+    """The stop signals to record for a worker that exited with `code` after `got` were forwarded to it.
+
+    A training-library worker writes "library" into the note at start and "checkpointed" on its stop path:
+    exit 0 with "library" means it finished its work and the signal came too late to matter.
+    """
+    try:
+        with open(note_path, encoding="utf-8") as f:
+            note = f.read().strip()
+    except OSError:
+        note = ""  # not the training library (or it never started): keep what was forwarded
+    if code == 0 and note == "library":
+        return []
+    return sorted(set(got))
 
 
 def main(argv: list[str]) -> int:
@@ -24,7 +47,10 @@ def main(argv: list[str]) -> int:
         print("usage: _wrap EXIT_FILE -- CMD [ARGS...]", file=sys.stderr)
         return 2
     exit_file, cmd = argv[0], argv[2:]
-    child = subprocess.Popen(cmd)
+    note = f"{exit_file}.note"
+    with contextlib.suppress(OSError):
+        os.unlink(note)
+    child = subprocess.Popen(cmd, env={**os.environ, STOP_NOTE: note})
     got: list[str] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -37,7 +63,7 @@ def main(argv: list[str]) -> int:
     code = child.wait()
     tmp = f"{exit_file}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(" ".join([str(code), *sorted(set(got))]))  # "0 SIGTERM": stopped on request, not finished
+        f.write(" ".join([str(code), *settled_signals(got, code, note)]))  # "0 SIGTERM": stopped, not finished
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, exit_file)

@@ -25,6 +25,10 @@ LOCAL_BATCH = PREFIX + "LOCAL_BATCH"
 ACCUM_STEPS = PREFIX + "ACCUM_STEPS"
 GLOBAL_BATCH = PREFIX + "GLOBAL_BATCH"
 VERSION = PREFIX + "CONTRACT_VERSION"
+#: A file the worker's supervisor (local `_wrap`, the Ray rank actor) reads after the worker exits: the training
+#: library writes "library" into it at start and "checkpointed" when it leaves on a stop request, so a SIGTERM
+#: that arrives after the last step is not mistaken for a checkpointed stop (which would run the job again).
+STOP_NOTE = PREFIX + "STOP_NOTE"
 #: Set only by the profiler: run this many steps, record step times, exit.
 PROFILE_STEPS = PREFIX + "PROFILE_STEPS"
 PROFILE_OUT = PREFIX + "PROFILE_OUT"

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from elastisched.train._entry import hard_exit
 from elastisched.train.adaptive import NoiseEstimate
-from elastisched.train.contract import PROFILE_OUT, PROFILE_STEPS, LaunchEnv
+from elastisched.train.contract import PROFILE_OUT, PROFILE_STEPS, STOP_NOTE, LaunchEnv
 
 if TYPE_CHECKING:
     from elastisched.train.data import ElasticDataLoader
@@ -126,6 +126,7 @@ class ElasticContext:
         self.profile_times: list[tuple[float, float]] = []
         self.accum = self._gather_accum()
         signal.signal(signal.SIGTERM, self._on_signal)
+        self._note("library")  # from here on, exit 0 after a SIGTERM is a checkpointed stop only if we say so
         if self.checkpoint_dir is not None:
             self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         ck = self.checkpoint()
@@ -158,6 +159,14 @@ class ElasticContext:
             dist.barrier()
 
     # ------------------------------------------------------------------ signals
+    @staticmethod
+    def _note(word: str) -> None:
+        """Tell this worker's supervisor how it is leaving (the stop note of the launch contract)."""
+        path = os.environ.get(STOP_NOTE)
+        if path:
+            with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as f:
+                f.write(word)
+
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.stop_requested = True
 
@@ -239,6 +248,7 @@ class ElasticContext:
                 print(f"elastisched: stop requested (SIGTERM); checkpoint at step {self.step}, epoch "
                       f"{self.epoch} written to {path}; exiting to be relaunched", file=sys.stderr, flush=True)
             self.barrier()
+            self._note("checkpointed")
             self.exit()
         if self.checkpoint_interval and self.step % self.checkpoint_interval == 0:
             self.save_checkpoint()
