@@ -74,8 +74,10 @@ def run_cell(suite: str, number: int, policy: str, seed: int, queue: Any) -> Non
         queue.put((None, f"{type(e).__name__}: {e}"[:300]))
 
 
-def run_all(cells: list[tuple[str, int, str, int]], workers: int, timeout: float,
-            log: Any) -> dict[tuple[str, int, str, int], dict[str, Any]]:
+def run_all(cells: list[tuple[str, int, str, int]], workers: int, timeout: float, log: Any,
+            partial: Path | None = None) -> dict[tuple[str, int, str, int], dict[str, Any]]:
+    """Every cell in its own process, `workers` at a time; after each cell the finished ones go to `partial`
+    (a file `--reuse` reads), so an interrupted run loses only the cells in flight."""
     ctx = mp.get_context("spawn")
     todo = list(cells)
     running: dict[tuple[str, int, str, int], tuple[Any, Any, float]] = {}
@@ -102,6 +104,9 @@ def run_all(cells: list[tuple[str, int, str, int]], workers: int, timeout: float
                 p.join()
                 done[c] = rec
                 del running[c]
+                if partial is not None:
+                    partial.write_text(json.dumps({"cells": [{"suite": k[0], "workload": k[1], "policy": k[2],
+                                                              "seed": k[3], **v} for k, v in done.items()]}))
                 print(f"{time.strftime('%H:%M:%S')} {c[0]}-{c[1]} {c[2]} seed {c[3]}: "
                       + (f"{rec['summary']['avg_jct']:,.0f} s ({rec['summary']['wall_s']:.0f} s wall)"
                          if "summary" in rec else rec["error"]), file=log, flush=True)
@@ -172,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cell-timeout", type=float, default=3600.0, help="wall seconds before a cell is n/a")
-    ap.add_argument("--reuse", action="store_true",
-                    help="keep the cells of an existing OUT/peers_table.json that ran (same seed); run the rest")
+    ap.add_argument("--render-only", action="store_true",
+                    help="run nothing: write the tables from --reuse files, cells missing there marked 'not run'")
+    ap.add_argument("--order", choices=("slow-first", "fast-first"), default="slow-first")
+    ap.add_argument("--reuse", type=Path, action="append", default=[],
+                    help="a peers_table(.partial).json whose cells that ran are kept, not rerun (repeatable)")
     a = ap.parse_args(argv)
     policies = [p for p in a.policies.split(",") if p]
     unknown = [p for p in policies if p not in POLICIES]
@@ -181,23 +189,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --policies: unknown {unknown}; known: {', '.join(POLICIES)}", file=sys.stderr)
         return 2
     suites = {"pollux": numbers(a.pollux), "saturn": numbers(a.saturn)}
-    # slow policies first, so the pool is not left waiting on them at the end
-    order = {p: i for i, p in enumerate(("jabas", "ones", "sia", "pollux", "lyra"))}
+    # slow policies first, so the pool is not left waiting on them at the end; fast first fills most of the
+    # table soonest (a run that may be cut short)
+    slow = ("jabas", "ones", "sia", "pollux", "lyra")
+    order = {p: (i if a.order == "slow-first" else -i) for i, p in enumerate(slow)}
     cells = sorted(((s, n, p, a.seed) for s, ns in suites.items() for n in ns for p in policies),
-                   key=lambda c: order.get(c[2], 99))
+                   key=lambda c: order.get(c[2], 99 if a.order == "slow-first" else -99))
     a.out.mkdir(parents=True, exist_ok=True)
     old: dict[tuple[str, int, str, int], dict[str, Any]] = {}
-    if a.reuse and (a.out / "peers_table.json").exists():
-        for r in json.loads((a.out / "peers_table.json").read_text())["cells"]:
+    for path in a.reuse:
+        for r in json.loads(path.read_text())["cells"]:
             if "summary" in r:
                 old[(r["suite"], r["workload"], r["policy"], r["seed"])] = {"summary": r["summary"]}
     t0 = time.perf_counter()
-    done = {**old, **run_all([c for c in cells if c not in old], a.workers, a.cell_timeout, sys.stdout)}
+    todo = [c for c in cells if c not in old]
+    if a.render_only:
+        done = {**old, **{c: {"error": "not run (out of time in this session)"} for c in todo}}
+    else:
+        done = {**old, **run_all(todo, a.workers, a.cell_timeout, sys.stdout, a.out / "peers_table.partial.json")}
     extra = [{"suite": c[0], "workload": c[1], "policy": c[2], "seed": c[3], **r} for c, r in old.items()
              if c not in set(cells)]
     records = [{"suite": s, "workload": n, "policy": p, "seed": seed, **done[(s, n, p, seed)]}
                for s, ns in suites.items() for n in ns for p in policies for seed in (a.seed,)] + extra
-    config = {"policies": policies, "suites": suites, "seed": a.seed, "workers": a.workers,
+    config = {"policies": policies, "render_only": a.render_only, "reused": [str(p) for p in a.reuse],
+              "suites": suites, "seed": a.seed, "workers": a.workers,
               "cell_timeout_s": a.cell_timeout, "options": OPTIONS, "pollux_cluster": POLLUX_CLUSTER,
               "env": {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
                       "python": platform.python_version(), "cpus": os.cpu_count()},
