@@ -207,6 +207,21 @@ def test_srpt_order_serves_the_shortest_predicted_remaining_first(models: PerfMo
         JabasPolicy(order="sjf")
 
 
+def test_share_factor_lets_the_first_job_take_more_than_the_even_share(models: PerfModels) -> None:
+    """Three pending 4-GPU cifar10 jobs on 4 GPUs: even share 2 each for two; with f = 2 the share is
+    ⌈2 × 4 / 3⌉ = 3, so the shortest job may take 3 and the next the last GPU."""
+    jobs = {jid: JobView(JobSpec(jid, t, "cifar10", 4, 512), JobPhase.PENDING, Allocation(),
+                         progress=p, total_work=1000.0)
+            for jid, t, p in (("a", 0.0, 900.0), ("b", 1.0, 500.0), ("c", 2.0, 0.0))}
+    ctx = PolicyContext(perf=models)
+    even = JabasPolicy().schedule(_snap(T4, jobs), ctx)
+    assert {j: a.gpus for j, a in even.allocations.items()} == {"a": 2, "b": 2}
+    wide = JabasPolicy(share_factor=2.0).schedule(_snap(T4, jobs), ctx)
+    assert wide.allocations["a"].gpus == 3 and wide.allocations["b"].gpus == 1 and "c" not in wide.allocations
+    with pytest.raises(ValueError, match="share_factor"):
+        JabasPolicy(share_factor=0.5)
+
+
 def test_scale_to_cap_grows_a_job_past_its_request(models: PerfModels) -> None:
     """A lone 1-GPU imagenet job (batch 400) on 4 idle GPUs: capped at its request by default; the
     `jabas_scaled` preset lets auto-scaling take more where the epoch-time estimate says they pay."""

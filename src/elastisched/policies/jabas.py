@@ -14,8 +14,9 @@ The paper scales **one** job over the servers it owns (digest §2(c)).  Cluster-
 * **Cap** (``scale_to``; ours, issue 13).  ``"request"`` (default) caps a job the workload does not mark
   elastic at its request; ``"cap"`` at the larger application profile cap (``max_batch_size //
   min_local_bsz``), as Pollux lets every job grow (preset ``jabas_scaled``).  ``grow_idle`` still grows toward
-  the request only.  Tried and dropped (docs/seeds.md): a max-min fair share, and no share with SRPT
-  preemption — both worse than the even share below.
+  the request only.  ``share_factor`` f (ours, default 1): the fair share below is ``⌈f × total / active⌉``, so
+  jobs early in ``order`` may take up to f even shares (preset ``jabas_scaled``: f = 2).  Tried and dropped
+  (docs/seeds.md): a max-min fair share, and no share with SRPT preemption.
 * **Offer.**  Jobs are served in that order.  A job is *offered* the GPUs that no earlier job keeps,
   capped at its fair share ``⌈total GPUs / active jobs⌉`` (and at ``spec.min_gpus..gpu_cap`` for elastic
   jobs); GPU types are those its application is profiled on and its spec allows.
@@ -91,7 +92,7 @@ class JabasPolicy(Policy):
     def __init__(self, objective: Objective = "time", similarity_target: float = 0.1, adjust_interval: int = 100,
                  max_candidates: int = 256, move_horizon: int = 1, adaptive: bool = True,
                  autoscale: bool = True, grow_idle: bool = True, order: str = "srpt",
-                 scale_to: str = "request") -> None:
+                 scale_to: str = "request", share_factor: float = 1.0) -> None:
         if objective not in ("time", "cost"):
             raise ValueError(f"objective must be 'time' or 'cost', got {objective!r}")
         self.objective: Objective = objective
@@ -108,6 +109,9 @@ class JabasPolicy(Policy):
         if scale_to not in ("request", "cap"):
             raise ValueError(f"scale_to must be 'request' or 'cap', got {scale_to!r}")
         self.scale_to = scale_to
+        if not share_factor >= 1.0:
+            raise ValueError(f"share_factor must be >= 1, got {share_factor!r}")
+        self.share_factor = share_factor
         self._jobs: dict[str, dict[str, int]] = {}  # job -> {"gbs", "epoch", "step"} at its epoch's start
         self._sched: dict[str, Schedule] = {}  # job -> this epoch's GBS schedule (derived, not state)
         self._perf: dict[int, tuple[Application, PolluxIIDP, PolluxGradTrace, int]] = {}
@@ -175,7 +179,7 @@ class JabasPolicy(Policy):
         replan: dict[str, bool] = {}
         total = sum(n.num_gpus for n in snap.nodes)
         his = {jid: self._hi(job.spec, apps[jid]) for jid, job in snap.jobs.items()}
-        share = math.ceil(total / max(len(snap.jobs), 1))
+        share = math.ceil(self.share_factor * total / max(len(snap.jobs), 1))
         idle = total - sum(j.allocation.gpus for j in snap.jobs.values())
         for jid, job in snap.jobs.items():
             st = self._jobs.get(jid)

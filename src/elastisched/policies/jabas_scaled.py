@@ -1,8 +1,9 @@
-"""`jabas_scaled`: JABAS with every job allowed past its request to the application's profile cap.
+"""`jabas_scaled`: JABAS with jobs allowed past their request (to the application's profile cap) and past the
+even share (up to twice it).
 
 The Pollux workloads mark no job elastic, and JABAS's auto-scaling then stops at the request; Pollux itself
-grows jobs past it. This preset sets `scale_to="cap"` (reading written down in `policies/jabas.py`); `jabas`
-keeps the request as the cap. Figures: docs/seeds.md.
+grows jobs past it. This preset sets `scale_to="cap"` and `share_factor=2` (readings written down in
+`policies/jabas.py`); `jabas` keeps the request as the cap and the even share. Figures: docs/seeds.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from elastisched.policies.jabas import JabasPolicy
 @register
 class JabasScaledPolicy(JabasPolicy):
     name = "jabas_scaled"
-    description = "JABAS with auto-scaling up to the application's profile cap, not only the job's request."
+    description = "JABAS with auto-scaling up to the profile cap and twice the even share of the cluster."
 
-    def __init__(self, scale_to: str = "cap", **options: Any) -> None:
-        super().__init__(scale_to=scale_to, **options)
+    def __init__(self, scale_to: str = "cap", share_factor: float = 2.0, **options: Any) -> None:
+        super().__init__(scale_to=scale_to, share_factor=share_factor, **options)
