@@ -19,7 +19,6 @@ the single writer, records them and decides retries.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from elastisched.backends._faults import pause
 from elastisched.backends.base import BackendEvent, GenerationEnded, GenerationRecord, JobHints, JobStarted
+from elastisched.backends.hints import parse_hints, write_batch_target
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import Allocation, NodeView
 from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, RANK, worker_envs
@@ -317,15 +317,13 @@ class LocalBackend:
         if end == 0:
             return None  # a line being written: read it next time
         self._hint_pos[job_id] = pos + end
-        for line in reversed(chunk[:end].splitlines()):
-            try:
-                h = json.loads(line)
-                return JobHints(float(h["time"]), job_id, int(h.get("generation") or 0), int(h["step"]),
-                                int(h.get("epoch") or 0), h.get("globalBatchSize"), int(h.get("world_size") or 1),
-                                h.get("throughput"))
-            except (ValueError, KeyError, TypeError):
-                continue  # a malformed line (user code may write here too): try the one before
-        return None
+        return parse_hints(chunk[:end], job_id)
+
+    def set_batch(self, job_id: str, batch_size: int) -> None:
+        """An in-place batch change (`backends/hints.py`): the running workers switch at a step boundary."""
+        g = self.groups.get(job_id)
+        if g is not None:
+            write_batch_target(self.job_dir(job_id) / "ckpt", batch_size, g.generation)
 
     def _ended(self, g: _Group, codes: list[int | None]) -> GenerationEnded:
         """How a generation whose ranks all exited ended. Rank 0 exiting 0 unsignalled means the job finished
