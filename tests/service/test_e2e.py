@@ -152,8 +152,11 @@ def test_pollux_job_changes_its_batch_from_its_gradient_statistics(service_facto
     a batch other than 64 can only come from the statistics the job measured."""
     svc = service_factory(cluster="1x1:cpu", policy="pollux", scripts_dir=ROOT,
                           extra=("--profiles", str(PROFILES), "--policy-interval", "1")).start()
-    n, epochs, log = 8192, 12, tmp_path / "p.jsonl"
-    args = ["--epochs", str(epochs), "--n", str(n), "--batch-size", "64", "--stats-interval", "4", "--log", str(log)]
+    n, epochs, log = 8192, 40, tmp_path / "p.jsonl"  # ~7 s at batch 64 here: rounds every 1 s see its hints
+    # lr 0.005: SGD settles close to the optimum, where the gradient noise scale is thousands of samples (at the
+    # example's lr 0.05 it stays ~260, where pollux's goodput-optimal batch on this machine's profile is 64)
+    args = ["--epochs", str(epochs), "--n", str(n), "--batch-size", "64", "--stats-interval", "4", "--lr", "0.005",
+            "--log", str(log)]
     r = svc.api("POST", "/v1/jobs", json={"script": EXAMPLE, "name": "p", "gpus": 1, "batch_size": 64,
                                           "application": "linreg", "args": args})
     assert r.status_code == 201, r.text
@@ -178,4 +181,4 @@ def test_pollux_job_changes_its_batch_from_its_gradient_statistics(service_facto
     assert steps[0]["batch"] == 64 and steps[-1]["batch"] == applied[-1]["globalBatchSize"]
     final = _final(svc, jid)
     assert final["steps"] == _exact(steps, epochs, n) < epochs * n // 64  # fewer, larger steps; no sample lost
-    assert final["batch"] == applied[-1]["globalBatchSize"] and final["final_mse"] < 5.0
+    assert final["batch"] == applied[-1]["globalBatchSize"] and final["final_mse"] < 1.0  # σ² = 0.25 at the optimum
