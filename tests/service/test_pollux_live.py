@@ -103,3 +103,21 @@ def test_pollux_reads_measured_statistics_over_the_model() -> None:
     from dataclasses import replace
 
     assert PolluxPolicy.grad_stats(replace(view, grad_stats=(0.5, 640.0)), app) == (0.5, 640.0 / 64)
+
+
+def test_hints_parser_keeps_the_newest_statistics() -> None:
+    """The newest line gives step and batch; gradient statistics come from the newest line that has them (a
+    scheduler-batch line written after a statistics line must not hide them), converted to tr(Σ) per sample."""
+    import json
+
+    from elastisched.backends.hints import parse_hints
+
+    lines = [{"time": 1.0, "step": 4, "globalBatchSize": 64, "initBatchSize": 64, "grad_sqr": 0.5, "grad_var": 0.25},
+             {"time": 2.0, "step": 8, "globalBatchSize": 64, "initBatchSize": 64, "grad_sqr": 0.1, "grad_var": 0.5},
+             {"time": 3.0, "step": 9, "globalBatchSize": 550, "initBatchSize": 64, "source": "scheduler"}]
+    chunk = b"\n".join(json.dumps(x).encode() for x in lines) + b"\nnot json\n"
+    h = parse_hints(chunk, "j")
+    assert h is not None and (h.step, h.global_batch) == (9, 550) and (h.grad_sqr, h.grad_var) == (0.1, 32.0)
+    h = parse_hints(json.dumps(lines[2]).encode(), "j")
+    assert h is not None and h.grad_sqr is None and h.grad_var is None
+    assert parse_hints(b"[1, 2]\n{\"time\": 1}\n", "j") is None
