@@ -88,6 +88,10 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     # d and e are the ones that land on the loan (queue order): long enough to be running at the reclaim
     plan = [("a", "2", 40), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 30), ("e", "1", 30),
             ("f", "1", 12)]
+    if modelled:  # reduced plan: one-worker jobs (pollux starts every job on one GPU; one worker runs ~10x the
+        # steps/s of two on these cores, hence more epochs), no admin resize (fifo and lyra cover it)
+        plan = [("a", "1", 150), ("b", "1:2" if elastic else "1", 150), ("c", "1", 40), ("d", "1", 150),
+                ("e", "1", 150)]
     ids: dict[str, str] = {}
     epochs: dict[str, int] = {}
     for name, gpus, ep in plan:
@@ -99,14 +103,14 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
         assert r.status_code == 201, r.text
         ids[name], epochs[name] = r.json()["id"], ep
     jobs = lambda: {j["name"]: j for j in svc.api("GET", "/v1/jobs").json()}  # noqa: E731
-    # 7 slots asked of 3: the queue says why the others wait
+    # 7 (modelled: 5) slots asked of 3: the queue says why the others wait
     wait_for(lambda: any(j["state"] == "PENDING" and j["reason"] for j in jobs().values()), 20, "a REASON")
     wait_for(lambda: jobs()["a"]["state"] == "RUNNING" and _steps(tmp_path / "a.jsonl"), 90, "a training")
 
-    # 1) an admin resize of a running job (checkpoint → relaunch at the new size, generation + 1)
-    gen_a = jobs()["a"]["generation"]
-    assert svc.api("POST", f"/v1/jobs/{ids['a']}:resize", json={"gpus": 1}).status_code == 202
-    wait_for(lambda: jobs()["a"]["generation"] > gen_a and jobs()["a"]["gpus"] == 1, 60, "a resized")
+    if not modelled:  # 1) an admin resize of a running job (checkpoint → relaunch at the new size, generation + 1)
+        gen_a = jobs()["a"]["generation"]
+        assert svc.api("POST", f"/v1/jobs/{ids['a']}:resize", json={"gpus": 1}).status_code == 202
+        wait_for(lambda: jobs()["a"]["generation"] > gen_a and jobs()["a"]["gpus"] == 1, 60, "a resized")
 
     # 2) an inference server is lent: pending jobs (or elastic growth) use it
     offer = svc.api("POST", "/v1/loans", json={"nodes": 1, "gpus_per_node": 2,
@@ -138,7 +142,7 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     assert len(v["generations"]) >= 2 and v["generations"][0]["outcome"] == "stopped"
     resumed = [s for s in _steps(tmp_path / f"{victim['name']}.jsonl") if s["gen"] == v["generations"][1]["generation"]]
     assert resumed and resumed[0]["step"] > 1  # the next generation continued from the checkpoint
-    assert svc.job(ids["a"])["restarts"] >= 1
+    assert svc.job(ids["a"])["restarts"] >= (0 if modelled else 1)
     reclaims = svc.api("GET", "/v1/loans").json()["reclaims"]
     assert [(r["state"], r["nodes"]) for r in reclaims] == [("DONE", [loan_node])]
 
