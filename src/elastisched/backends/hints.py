@@ -54,6 +54,23 @@ def parse_hints(chunk: bytes, job_id: str) -> JobHints | None:
         return None
 
 
+def read_hints(path: Path, pos: int, job_id: str) -> tuple[JobHints | None, int]:
+    """The hint of the complete lines appended to `path` after byte `pos` (one stat when nothing is new), and
+    the position to read from next time (a line being written is read next time)."""
+    try:
+        if path.stat().st_size <= pos:
+            return None, pos
+        with open(path, "rb") as f:
+            f.seek(pos)
+            chunk = f.read()
+    except OSError:
+        return None, pos
+    end = chunk.rfind(b"\n") + 1
+    if end == 0:
+        return None, pos
+    return parse_hints(chunk[:end], job_id), pos + end
+
+
 def write_batch_target(checkpoint_dir: str | os.PathLike[str], batch_size: int, generation: int) -> Path:
     """Tell the workers of `generation` to train at `batch_size` from their next step boundary (tmp file +
     rename, so a reader never sees half a file; a later generation ignores it: its batch came with its launch)."""
