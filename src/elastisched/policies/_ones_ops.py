@@ -43,12 +43,16 @@ def _rank_in_row(pop: np.ndarray) -> np.ndarray:
     return rank.reshape(p, c)
 
 
-def trim_to_caps(pop: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """`refresh` (§2.8): keep a job's genes left→right while its count < cap; jobs with cap 0 vanish."""
+def trim_to_caps(pop: np.ndarray, caps: np.ndarray, keep_first: bool = False) -> np.ndarray:
+    """`refresh` (§2.8): keep a job's genes left→right while its count < cap; jobs with cap 0 vanish.
+
+    `keep_first`: the artifact's `_refresh` accepts a job's first gene before it checks the cap, so a job
+    whose cap is 0 (never started, or stopped but not waiting to resume) keeps one slot (artifact preset)."""
     pop = np.atleast_2d(pop)
     valid = pop >= 0
     cap_of = np.where(valid, caps[np.where(valid, pop, 0)], 0)
-    keep = valid & (_rank_in_row(pop) < cap_of)
+    rank = _rank_in_row(pop)
+    keep = valid & ((rank < cap_of) | ((rank == 0) & keep_first))
     return np.where(keep, pop, EMPTY)
 
 

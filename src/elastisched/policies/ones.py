@@ -34,12 +34,15 @@ from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpe
 from elastisched.models.online_throughput import OnlineThroughput
 from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable, features
 from elastisched.policies import _ones_ops as ops
-from elastisched.policies._ones_ops import bootstrap_state, defer, job_batch
+from elastisched.policies import ones_deploy as dep
+from elastisched.policies._ones_ops import bootstrap_state, job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
+from elastisched.policies.ones_limits import caps as limit_caps
+from elastisched.policies.ones_presets import DEFAULTS, PRESETS
 
 EMPTY = ops.EMPTY
 HISTORY_OPTION = "ones_history"  # context option carrying the predictor's bootstrap table (loaded by the caller)
-__all__ = ["EMPTY", "HISTORY_OPTION", "OnesPolicy", "job_batch"]
+__all__ = ["DEFAULTS", "EMPTY", "HISTORY_OPTION", "PRESETS", "OnesPolicy", "job_batch"]
 
 
 @register
@@ -50,12 +53,29 @@ class OnesPolicy(Policy):
     elastic = True
     needs_progress = True
 
-    def __init__(self, population: int = 16, xi: float = 0.5, theta: float = 0.3, delta_epochs: float = 1.0,
-                 scale_gate_epochs: float = 2.0, artifact_scale_gate: bool = False, scale_down_factor: float = 1.0,
-                 cap_factor: int = 4, sample_rho: bool = True, history: HistoryTable | None = None,
-                 interval: float = 5.0, refit: bool = True, throttle: str = "global", throughput_limit: bool = True,
-                 min_gain: float = 0.0, bootstrap: bool = True, start: str = "one", growth: str = "double",
-                 samples: bool = False, fitness: str = "gpu_time", require_history: bool = False) -> None:
+    def __init__(self, preset: str = "tuned", **options: Any) -> None:
+        if preset not in PRESETS:
+            raise ConfigError("preset", preset, f"unknown; known: {', '.join(PRESETS)}")
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError("ones option", unknown[0], f"unknown; known: {', '.join(sorted(DEFAULTS))}")
+        o = {**DEFAULTS, **PRESETS[preset], **options}
+        self.preset, self.options = preset, {k: v for k, v in o.items() if k != "history"}
+        population, xi, theta, delta_epochs = o["population"], o["xi"], o["theta"], o["delta_epochs"]
+        scale_gate_epochs, artifact_scale_gate = o["scale_gate_epochs"], o["artifact_scale_gate"]
+        scale_down_factor, cap_factor, sample_rho, history = (o["scale_down_factor"], o["cap_factor"],
+                                                              o["sample_rho"], o["history"])
+        interval, refit, throttle, throughput_limit = o["interval"], o["refit"], o["throttle"], o["throughput_limit"]
+        min_gain, bootstrap, start, growth = o["min_gain"], o["bootstrap"], o["start"], o["growth"]
+        samples, fitness, require_history = o["samples"], o["fitness"], o["require_history"]
+        if o["scale_in"] not in ("passed_over", "every"):
+            raise ConfigError("scale_in", o["scale_in"], "must be 'passed_over' or 'every'")
+        if o["delta_reset"] not in ("changed", "all"):
+            raise ConfigError("delta_reset", o["delta_reset"], "must be 'changed' or 'all'")
+        self.scale_in_mode, self.delta_reset = o["scale_in"], o["delta_reset"]
+        self.keep_first, self.once_per_epoch = bool(o["refresh_keep_first"]), bool(o["double_once_per_epoch"])
+        self.restart_aware = bool(o["restart_aware"])
+        self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
         if start not in ("one", "request", "node"):
@@ -77,6 +97,8 @@ class OnesPolicy(Policy):
         self.bootstrap, self.require_history = bool(bootstrap), bool(require_history)
         self.history: HistoryTable | None = history if bootstrap else None
         self.thr = OnlineThroughput()
+        self._tab: tuple[list[str], np.ndarray, np.ndarray] | None = None  # cached `thr.tables` of this job order
+        self._layouts: tuple[Any, list[str], dict[bytes, np.ndarray]] = (None, [], {})  # reorder memo
         self.pred = BetaProgressPredictor()
         self._rng: np.random.Generator | None = None
         self.ids: list[str] = []  # job order of the genome columns (active jobs of the last round)
@@ -106,6 +128,7 @@ class OnesPolicy(Policy):
         st = self.js.pop(job_id, None)
         self.thr.forget(job_id)
         self.slots.pop(job_id, None)
+        self._tab = None
         if st is None:
             return
         self.finished_run_times.append(st.get("run_time", 0.0))
@@ -140,8 +163,10 @@ class OnesPolicy(Policy):
         st["total_epochs"] = job.total_work / ew if ew > 0 else max(e, 1.0)  # read at completion only
         k = int(e + 1e-9)
         if k > st["logged"]:
-            if job.gpus and job.gpus in job.observed_throughput:
+            # a reading only for an epoch the job ran whole at its current size (no reading before a real epoch)
+            if job.gpus and job.gpus in job.observed_throughput and st["last_change"] <= k - 1 + 1e-9:
                 self.thr.observe(jid, job.gpus, job.observed_throughput[job.gpus])
+                self._tab = None
             acc, loss = a.get("acc_curve"), a.get("loss_curve")
             il = float(a.get("initial_loss", 0.0))
             es = float(a.get("epoch_size") or 1.0)
@@ -150,48 +175,16 @@ class OnesPolicy(Policy):
                 lo = float(loss[min(kk, len(loss)) - 1]) if loss else il
                 st["log"].append((features(es, il, kk, lo, ac).tolist(), kk * es))
             st["logged"] = k
-        if job.gpus and not self.thr.points(jid)[0].size and job.gpus in job.observed_throughput:
-            self.thr.observe(jid, job.gpus, job.observed_throughput[job.gpus])
         if job.gpus:
             st["ran"] = True
         return st
 
     def _caps(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c: int,
               med_pool: list[float], tp_limit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """GA caps and max sizes after scale-up / scale-down / scale-in limits (ones.md §2.7)."""
-        j = len(jobs)
-        caps = np.zeros(j, dtype=np.int64)
-        maxs = np.zeros(j, dtype=np.int64)
-        for i, (job, st) in enumerate(zip(jobs, sts, strict=True)):
-            n = job.gpus
-            limit = min(c, self.cap_factor * job.spec.num_gpus)
-            if n and executed[i]:
-                gate = st["e"] >= 1.0 if self.artifact_gate else st["e"] - st["last_change"] >= self.scale_gate
-                if gate:
-                    if n >= st["max_size"] and (tp_limit is None or st["max_size"] < tp_limit[i]):
-                        grown = 2 * st["max_size"] if self.growth == "double" else max(2 * st["max_size"], limit)
-                        st["max_size"] = min(c, grown)
-                    caps[i] = min(st["max_size"], limit)
-                else:
-                    caps[i] = n
-            elif n:
-                caps[i] = n
-            elif executed[i]:
-                caps[i] = st["resume"] or st["max_size"]
-            maxs[i] = max(st["max_size"], caps[i])
-            if tp_limit is not None and executed[i]:
-                caps[i], maxs[i] = min(caps[i], tp_limit[i]), min(maxs[i], tp_limit[i])
-            if job.spec.elastic:  # a job the workload marks elastic stays within its bounds
-                caps[i], maxs[i] = min(caps[i], job.spec.gpu_cap), min(maxs[i], job.spec.gpu_cap)
-        run = [i for i in range(j) if jobs[i].gpus and executed[i]]
-        if run:
-            big = max(run, key=lambda i: (jobs[i].gpus, -i))
-            n, r = jobs[big].gpus, jobs[big].run_time
-            med = float(np.median(med_pool)) if med_pool else 0.0
-            if 2 * n >= c and med > 0 and r > med:
-                new = max(1, int(2 * n / (self.sd_factor * r / med + 1)))
-                caps[big] = min(caps[big], new + (new % 2))
-        return caps, maxs
+        """GA caps and max sizes (`ones_limits.caps`, ones.md §2.7)."""
+        return limit_caps(jobs, sts, executed, c, med_pool, tp_limit, cap_factor=self.cap_factor,
+                          artifact_gate=self.artifact_gate, scale_gate=self.scale_gate, growth=self.growth,
+                          sd_factor=self.sd_factor, once_per_epoch=self.once_per_epoch)
 
     # ------------------------------------------------------------------ layout helpers
     def _current(self, snap: ClusterSnapshot, index: dict[str, int], node_first: dict[str, int]) -> np.ndarray:
@@ -264,14 +257,17 @@ class OnesPolicy(Policy):
         new = ~running & ((e < 1.0) | np.array([not st["ran"] for st in sts]))
         executed = ~new & (e >= 1.0)
         med_pool = [j.run_time for j in jobs if j.start_time is not None] + self.finished_run_times
-        pts_n, pts_x = self.thr.tables(ids)
+        if self._tab is None or self._tab[0] != ids:  # the throughput tables change only with a reading
+            self._tab = (ids, *self.thr.tables(ids))
+        pts_n, pts_x = self._tab[1], self._tab[2]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
         rem = self._remaining(jobs, sts, executed, rng)
         if self.pop is None:
             self.pop = np.repeat(cur[None, :], self.k, axis=0)
-        best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng)
-        return self._deploy(snap, jobs, sts, cur, best, e, executed)
+        best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
+        held = dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost) if self.restart_aware else None
+        return self._deploy(snap, jobs, sts, cur, best, e, executed, held)
 
     def _remaining(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray,
                    rng: np.random.Generator) -> np.ndarray:
@@ -296,11 +292,11 @@ class OnesPolicy(Policy):
 
     def _generation(self, cur: np.ndarray, caps: np.ndarray, maxs: np.ndarray, new: np.ndarray,
                     executed: np.ndarray, rem: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
-                    rng: np.random.Generator) -> np.ndarray:
+                    rng: np.random.Generator, running: np.ndarray) -> np.ndarray:
         """One generation (ones.md §2.8); returns the best slot array and keeps the K survivors."""
         assert self.pop is not None
         c, j = cur.shape[0], caps.shape[0]
-        parents = ops.trim_to_caps(self.pop, caps)
+        parents = ops.trim_to_caps(self.pop, caps, self.keep_first)
         pairs = np.array([rng.choice(parents.shape[0], 2, replace=False) for _ in range(self.k // 2)])
         c1, c2 = ops.crossover(parents[pairs[:, 0]], parents[pairs[:, 1]], caps, rng, self.xi)
         mutants = ops.mutate(parents, executed, rng, self.theta)
@@ -312,43 +308,36 @@ class OnesPolicy(Policy):
                                                             for i in range(j)], dtype=np.int64)
         counts = ops.pad(ops.counts(cand, j), c, np.flatnonzero(new), exec_order, caps,
                          np.where(executed, maxs, 0), start)
-        keep = ops.select(ops.fitness(counts, rem, pts_n, pts_x, self.fitness), self.k)
-        self.pop = np.stack([ops.reorder(counts[i], cur, self._node_of) for i in keep])
+        score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness)
+        if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
+            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, self.restart_cost,
+                                          self.resize_cost, self.fitness)
+        keep = ops.select(score, self.k)
+        # reorder depends only on the counts: lay out each distinct survivor once (survivors repeat often)
+        uniq, inv = np.unique(counts[keep], axis=0, return_inverse=True)
+        key = (cur.tobytes(), self._node_of.tobytes())
+        if self._layouts[0] != key or self._layouts[1] != self.ids:  # layouts are exact for one (cur, job order)
+            self._layouts = (key, self.ids, {})
+        memo = self._layouts[2]
+        laid = np.stack([memo[b] if (b := u.tobytes()) in memo else memo.setdefault(
+            b, ops.reorder(u, cur, self._node_of)) for u in uniq])
+        self.pop = laid[inv.reshape(-1)]
         return self.pop[0]
 
     def _deploy(self, snap: ClusterSnapshot, jobs: list[JobView], sts: list[dict[str, Any]], cur: np.ndarray,
-                best: np.ndarray, e: np.ndarray, executed: np.ndarray) -> Decision:
-        """Apply `best` (ones.md §2.9): immediate starts on idle GPUs always; the rest only when every job
-        whose placement changes has done ≥ δ epochs since its last (re)placement."""
+                best: np.ndarray, e: np.ndarray, executed: np.ndarray, held: np.ndarray | None = None) -> Decision:
+        """Apply `best` (ones.md §2.9, `ones_deploy.plan`): immediate starts on idle GPUs always; the rest only
+        when every job whose placement changes has done ≥ δ epochs since its last (re)placement."""
         j = len(jobs)
-        changed = np.zeros(j, dtype=bool)
-        diff = cur != best
-        for col in (cur[diff], best[diff]):
-            changed[col[col >= 0]] = True
         running = np.array([job.gpus > 0 for job in jobs])
-        blocked = changed & running & (e - np.array([st["last_placed"] for st in sts]) < self.delta)
-        full = not blocked.any()
-        if full:
-            out = best.copy()
-        elif self.throttle == "job":
-            out = defer(cur, best, blocked)
-        else:  # artifact: defer everything but immediate starts on idle GPUs
-            out = cur.copy()
-            for i in np.flatnonzero(~running):
-                tgt = best == i
-                if tgt.any() and (out[tgt] == EMPTY).all():
-                    out[tgt] = i
-        started = np.zeros(j, dtype=bool)
-        started[np.unique(out[(out >= 0) & (cur == EMPTY)])] = True
-        if (started & ~running).any():  # others (re)started while preempted jobs were passed over: scale in
-            for i in np.flatnonzero(~running & executed):
-                if not (out == i).any() and sts[i]["resume"]:
-                    sts[i]["resume"] = max(1, sts[i]["resume"] // 2)
-                    sts[i]["max_size"] = sts[i]["resume"]
-        changed[:] = False
-        diff = cur != out
-        for col in (cur[diff], out[diff]):
-            changed[col[col >= 0]] = True
+        since = e - np.array([st["last_placed"] for st in sts])
+        out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
+        for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
+            if sts[i]["resume"]:
+                sts[i]["resume"] = max(1, sts[i]["resume"] // 2)
+                sts[i]["max_size"] = sts[i]["resume"]
+        changed = dep.changed_jobs(cur, out, j)
+        reset_all = self.delta_reset == "all" and changed.any()  # artifact: a new schedule stamps every job
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
         self.slots = {}
@@ -363,6 +352,8 @@ class OnesPolicy(Policy):
             if job.gpus and not changed[i]:
                 self.slots[job.job_id] = sl.tolist()
                 allocs[job.job_id] = job.allocation
+                if reset_all:
+                    st["last_placed"] = st["e"]
                 continue
             if not self._allowed(job, sl):
                 reasons[job.job_id] = PendingReason.GPU_TYPE
@@ -396,5 +387,6 @@ class OnesPolicy(Policy):
             self._rng = np.random.default_rng()
             self._rng.bit_generator.state = state["rng"]
         self.thr.load_state_dict(state["thr"])
+        self._tab = None
         if state["pred"] is not None:
             self.pred.load_state_dict(state["pred"])

@@ -1,0 +1,31 @@
+"""Named configurations of the `ones` policy (docs/ones.md "Presets"): every option's value per preset.
+
+- "faithful": the artifact's algorithm with the four bug fixes and A16 (the policy's defaults before presets);
+- "artifact": what the artifact's code does, bugs included: the scale-up gate degraded to "≥ 1 epoch"
+  (A4 unfixed), at most one doubling per epoch, no throughput limit (A16 off), scale-in that halves every
+  preempted job's resume size in every unthrottled update, the δ clock reset for every job of a newly
+  deployed schedule, and `_refresh` keeping the first gene of a job whose cap is 0;
+- "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness
+  charges the restart/resize cost of each change to a running job, and a running job keeps its slots unless
+  the predicted gain pays for the move (`ones_deploy.hold`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "population": 16, "xi": 0.5, "theta": 0.3, "delta_epochs": 1.0, "scale_gate_epochs": 2.0,
+    "artifact_scale_gate": False, "scale_down_factor": 1.0, "cap_factor": 4, "sample_rho": True, "history": None,
+    "interval": 5.0, "refit": True, "throttle": "global", "throughput_limit": True, "min_gain": 0.0,
+    "bootstrap": True, "start": "one", "growth": "double", "samples": False, "fitness": "gpu_time",
+    "require_history": False, "scale_in": "passed_over", "delta_reset": "changed", "refresh_keep_first": False,
+    "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "faithful": {},
+    "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
+                 "refresh_keep_first": True, "double_once_per_epoch": True},
+    "tuned": {"start": "node", "restart_aware": True},
+}
