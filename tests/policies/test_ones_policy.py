@@ -271,7 +271,8 @@ def test_deviations_are_deterministic_and_survive_a_state_round_trip(models: Any
     wl = _small_workload(models)
     nodes = parse_cluster("2x4:t4")
     tuned = _RoundTripTuned.opts
-    runs = [simulate(wl, OnesPolicy("faithful", history=HISTORY, **tuned), nodes, models, SimConfig(seed=3, resize_cost=8.0)).jobs
+    runs = [simulate(wl, OnesPolicy(history=HISTORY, **tuned), nodes, models,
+                     SimConfig(seed=3, resize_cost=8.0)).jobs
             for _ in range(2)]
     runs.append(simulate(wl, _RoundTripTuned(history=HISTORY), nodes, models,
                          SimConfig(seed=3, resize_cost=8.0)).jobs)

@@ -76,6 +76,9 @@ class OnesPolicy(Policy):
         self.keep_first, self.once_per_epoch = bool(o["refresh_keep_first"]), bool(o["double_once_per_epoch"])
         self.restart_aware = bool(o["restart_aware"])
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
+        self.quiet_s = float(o["quiet_s"])
+        self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
+        self._settled = False
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
         if start not in ("one", "request", "node"):
@@ -252,6 +255,12 @@ class OnesPolicy(Policy):
         self.ids = ids
         if not jobs:
             return Decision({})
+        sig = repr((ids, [int(st["e"] + 1e-9) for st in sts], [j.allocation.placement for j in jobs]))
+        q = self._quiet
+        if self.quiet_s > 0 and q is not None and q["sig"] == sig and snap.now - q["t"] < self.quiet_s:
+            # quiet round (no arrival, completion, finished epoch or change since a settled deployment)
+            return Decision({j.job_id: j.allocation for j in jobs if j.gpus},
+                            {k: PendingReason(v) for k, v in q["reasons"].items()})
         e = np.array([st["e"] for st in sts])
         running = np.array([j.gpus > 0 for j in jobs])
         new = ~running & ((e < 1.0) | np.array([not st["ran"] for st in sts]))
@@ -267,7 +276,13 @@ class OnesPolicy(Policy):
             self.pop = np.repeat(cur[None, :], self.k, axis=0)
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
         held = dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost) if self.restart_aware else None
-        return self._deploy(snap, jobs, sts, cur, best, e, executed, held)
+        dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
+        self._quiet = None
+        if self._settled:  # the next round may be skipped if nothing changes (`quiet_s`)
+            after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
+            self._quiet = {"sig": repr((ids, [int(st["e"] + 1e-9) for st in sts], after)), "t": snap.now,
+                           "reasons": {k: str(v) for k, v in dec.reasons.items()}}
+        return dec
 
     def _remaining(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray,
                    rng: np.random.Generator) -> np.ndarray:
@@ -332,6 +347,7 @@ class OnesPolicy(Policy):
         running = np.array([job.gpus > 0 for job in jobs])
         since = e - np.array([st["last_placed"] for st in sts])
         out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
+        self._settled = bool((out == best).all())
         for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
             if sts[i]["resume"]:
                 sts[i]["resume"] = max(1, sts[i]["resume"] // 2)
@@ -371,7 +387,8 @@ class OnesPolicy(Policy):
                 "capacity": self.capacity, "slots": {k: list(v) for k, v in self.slots.items()},
                 "jobs": {k: dict(v) for k, v in self.js.items()}, "finished": list(self.finished_run_times),
                 "rng": None if self._rng is None else self._rng.bit_generator.state,
-                "thr": self.thr.state_dict(), "pred": self.pred.state_dict() if self.pred.params else None}
+                "thr": self.thr.state_dict(), "pred": self.pred.state_dict() if self.pred.params else None,
+                "quiet": None if self._quiet is None else dict(self._quiet)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.ids = list(state["ids"])
@@ -388,5 +405,6 @@ class OnesPolicy(Policy):
             self._rng.bit_generator.state = state["rng"]
         self.thr.load_state_dict(state["thr"])
         self._tab = None
+        self._quiet = None if state.get("quiet") is None else dict(state["quiet"])
         if state["pred"] is not None:
             self.pred.load_state_dict(state["pred"])

@@ -7,7 +7,9 @@
   deployed schedule, and `_refresh` keeping the first gene of a job whose cap is 0;
 - "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness
   charges the restart/resize cost of each change to a running job, and a running job keeps its slots unless
-  the predicted gain pays for the move (`ones_deploy.hold`).
+  the predicted gain pays for the move (`ones_deploy.hold`); and a round in which nothing happened since a
+  settled deployment (no arrival, completion, finished epoch or allocation change) is skipped for up to
+  `quiet_s` = 60 s (one generation per event, and at least one per minute: a reading of A7).
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ DEFAULTS: dict[str, Any] = {
     "bootstrap": True, "start": "one", "growth": "double", "samples": False, "fitness": "gpu_time",
     "require_history": False, "scale_in": "passed_over", "delta_reset": "changed", "refresh_keep_first": False,
     "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
+    "quiet_s": 0.0,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
     "faithful": {},
     "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
                  "refresh_keep_first": True, "double_once_per_epoch": True},
-    "tuned": {"start": "node", "restart_aware": True},
+    "tuned": {"start": "node", "restart_aware": True, "quiet_s": 60.0},
 }
