@@ -31,11 +31,13 @@ import numpy as np
 
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, PendingReason
+from elastisched.models.ones_history import FoldedHistory
 from elastisched.models.online_throughput import OnlineThroughput
 from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable, features
 from elastisched.policies import _ones_ops as ops
 from elastisched.policies import ones_deploy as dep
-from elastisched.policies._ones_ops import bootstrap_state, job_batch
+from elastisched.policies import ones_predict as pred
+from elastisched.policies._ones_ops import job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.ones_limits import caps as limit_caps
 from elastisched.policies.ones_presets import DEFAULTS, PRESETS
@@ -76,7 +78,7 @@ class OnesPolicy(Policy):
         self.keep_first, self.once_per_epoch = bool(o["refresh_keep_first"]), bool(o["double_once_per_epoch"])
         self.restart_aware = bool(o["restart_aware"])
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
-        self.quiet_s = float(o["quiet_s"])
+        self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         self._settled = False
         if throttle not in ("job", "global"):
@@ -94,15 +96,18 @@ class OnesPolicy(Policy):
         self.sd_factor, self.cap_factor, self.sample_rho = float(scale_down_factor), int(cap_factor), sample_rho
         self.interval = float(interval)  # type: ignore[misc]
         self.refit = refit
-        if history is not None and not (isinstance(history, tuple) and len(history) == 2):
+        if history is not None and not isinstance(history, FoldedHistory) and not (isinstance(history, tuple)
+                                                                              and len(history) == 2):
             raise ConfigError("history", type(history).__name__, "must be the (features, rho) table from "
                               "models.progress_predictor.history_table, loaded by the caller (policies do no I/O)")
         self.bootstrap, self.require_history = bool(bootstrap), bool(require_history)
-        self.history: HistoryTable | None = history if bootstrap else None
+        self.history: HistoryTable | FoldedHistory | None = history if bootstrap else None
         self.thr = OnlineThroughput()
         self._tab: tuple[list[str], np.ndarray, np.ndarray] | None = None  # cached `thr.tables` of this job order
         self._layouts: tuple[Any, list[str], dict[bytes, np.ndarray]] = (None, [], {})  # reorder memo
         self.pred = BetaProgressPredictor()
+        self.preds = [self.pred]  # one model per held-out fold of a `FoldedHistory` (no leakage), else one
+        self._folds: FoldedHistory | None = history if isinstance(history, FoldedHistory) else None
         self._rng: np.random.Generator | None = None
         self.ids: list[str] = []  # job order of the genome columns (active jobs of the last round)
         self._specs: list[JobSpec] = []  # specs in the same order (this round)
@@ -123,8 +128,11 @@ class OnesPolicy(Policy):
             if table is None and self.require_history:
                 raise ConfigError(HISTORY_OPTION, None, "ONES must bootstrap its progress predictor but no history "
                                   "table was given (load job_history.csv with history_table, pass history=)")
-            if table is not None and self.bootstrap and not self.pred.params:
-                self.pred.load_state_dict(bootstrap_state(table, ctx.seed))
+            if isinstance(table, FoldedHistory):  # a job is predicted by the model that never saw its run
+                self._folds = table
+            if table is not None and self.bootstrap:
+                self.preds = pred.bootstrap(self.preds, table, ctx.seed)
+                self.pred = self.preds[0]
         return self._rng
 
     def on_finish(self, job_id: str, now: float) -> None:
@@ -135,12 +143,7 @@ class OnesPolicy(Policy):
         if st is None:
             return
         self.finished_run_times.append(st.get("run_time", 0.0))
-        if st["log"] and st.get("epoch_size"):
-            total = st["total_epochs"] * st["epoch_size"]
-            rows = np.array([r[0] for r in st["log"]])
-            self.pred.add_job(rows, np.array([r[1] for r in st["log"]]), total)
-            if self.refit:
-                self.pred.fit()
+        pred.learn(self.preds, st, self.refit)
 
     # ------------------------------------------------------------------ per-job bookkeeping
     def _start_size(self, spec: JobSpec) -> int:
@@ -159,7 +162,8 @@ class OnesPolicy(Policy):
         if st is None:
             st = self.js[jid] = {"max_size": self._start_size(job.spec), "resume": 0, "last_change": 0.0,
                                  "last_placed": 0.0, "ran": False,
-                                 "logged": 0, "log": [], "epoch_size": a.get("epoch_size")}
+                                 "logged": 0, "log": [], "epoch_size": a.get("epoch_size"),
+                                 "fold": self._folds.fold_of_job(a) if self._folds is not None else 0}
         ew = float(a.get("epoch_work", 0.0))
         e = job.progress / ew if ew > 0 else float(job.epoch)
         st["e"], st["run_time"], st["samples"] = e, job.run_time, job.samples_done
@@ -271,11 +275,12 @@ class OnesPolicy(Policy):
         pts_n, pts_x = self._tab[1], self._tab[2]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
-        rem = self._remaining(jobs, sts, executed, rng)
+        rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
         if self.pop is None:
             self.pop = np.repeat(cur[None, :], self.k, axis=0)
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
-        held = dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost) if self.restart_aware else None
+        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor)
+                if self.restart_aware else None)
         dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
         self._quiet = None
         if self._settled:  # the next round may be skipped if nothing changes (`quiet_s`)
@@ -283,27 +288,6 @@ class OnesPolicy(Policy):
             self._quiet = {"sig": repr((ids, [int(st["e"] + 1e-9) for st in sts], after)), "t": snap.now,
                            "reasons": {k: str(v) for k, v in dec.reasons.items()}}
         return dec
-
-    def _remaining(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray,
-                   rng: np.random.Generator) -> np.ndarray:
-        """Predicted remaining samples y(1/ρ − 1) of executed jobs (ρ sampled, A2); NaN for the others."""
-        rem = np.full(len(jobs), np.nan)
-        idx = np.flatnonzero(executed)
-        if not idx.size:
-            return rem
-        x = np.array([sts[i]["log"][-1][0] if sts[i]["log"] else [0.0, 0.0, sts[i]["e"], 0.0, 0.0] for i in idx])
-        x[:, 2] = [sts[i]["e"] for i in idx]
-        if self.use_samples:  # D3: samples really processed (JobView.samples_done)
-            y = np.array([sts[i].get("samples", 0.0) or sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0)
-                          for i in idx])
-        else:
-            y = np.array([sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0) for i in idx])
-        if self.pred.params:
-            rho = self.pred.sample(x, rng) if self.sample_rho else self.pred.mean(x)
-        else:
-            rho = np.full(idx.size, 0.5)  # no history: assume half done
-        rem[idx] = y * (1.0 / rho - 1.0)
-        return rem
 
     def _generation(self, cur: np.ndarray, caps: np.ndarray, maxs: np.ndarray, new: np.ndarray,
                     executed: np.ndarray, rem: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
@@ -388,6 +372,7 @@ class OnesPolicy(Policy):
                 "jobs": {k: dict(v) for k, v in self.js.items()}, "finished": list(self.finished_run_times),
                 "rng": None if self._rng is None else self._rng.bit_generator.state,
                 "thr": self.thr.state_dict(), "pred": self.pred.state_dict() if self.pred.params else None,
+                "preds": [p.state_dict() if p.params else None for p in self.preds],
                 "quiet": None if self._quiet is None else dict(self._quiet)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -408,3 +393,9 @@ class OnesPolicy(Policy):
         self._quiet = None if state.get("quiet") is None else dict(state["quiet"])
         if state["pred"] is not None:
             self.pred.load_state_dict(state["pred"])
+        if len(state.get("preds", [])) > 1:
+            self.preds = [BetaProgressPredictor() for _ in state["preds"]]
+            for p, ps in zip(self.preds, state["preds"], strict=True):
+                if ps is not None:
+                    p.load_state_dict(ps)
+            self.pred = self.preds[0]
