@@ -58,7 +58,8 @@ from elastisched.workloads import load_workload
 from elastisched.workloads.ones import HISTORY_RUN, load_ones_csv
 from elastisched.workloads.schema import Workload
 
-POLICIES = ("ones", "ones-artifact", "ones-faithful", "fifo", "tiresias", "tiresias-tuned", "optimus")
+POLICIES = ("ones", "ones-artifact", "ones-faithful", "fifo", "tiresias", "tiresias-tuned", "optimus",
+            "optimus-online")
 PRESET_OF = {"ones": "tuned", "ones-artifact": "artifact", "ones-faithful": "faithful"}
 ARTIFACT = {"ones": "ONES", "tiresias": "TIRESIAS", "optimus": "OPTIMUS", "drl": "DRL"}
 DEFAULT_DATA = Path("../shared/peer-data/ones")

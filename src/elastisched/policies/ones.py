@@ -10,16 +10,10 @@ from the Beta-regression predictor on the job's per-epoch loss/accuracy log (`at
 indexed by epochs done = progress / `epoch_work`). `JobView.total_work` (the hidden convergence point) is
 never read while a job runs. Bug fixes and readings: docs/ones.md.
 
-Deviations from the artifact, each a flag whose default is the artifact's behaviour (docs/ones.md
-"Deviations"): D1 `start` = "one" (artifact: new jobs get 1 GPU, `max_size` 1) | "request" | "node" (the
-request within one node); D2 `growth` = "double" (artifact) | "cap" (jump to the 4× cap); D3 `samples`: y_j
-from `JobView.samples_done` instead of epochs × epoch size; D4 `fitness` = "gpu_time" (artifact, A1) |
-"time" (remaining time, a left-out job counted at one GPU).
-
-No I/O: the predictor's bootstrap data (the artifact's `job_history.csv` as a feature table,
-`models.progress_predictor.history_table`) is loaded by the caller and handed over as `history=` or as
-`ctx.options["ones_history"]`; without it the predictor learns from finished jobs only. `require_history=True`
-turns its absence into a `ConfigError`.
+Options and presets (`ones_presets`: "tuned" default, "faithful", "artifact"; docs/ones.md "Presets"): D1 `start`,
+D2 `growth`, D3 `samples`, D4 `fitness`, the artifact's rules and the restart-aware ones. No I/O: the predictor's
+bootstrap data (`models.ones_history.FoldedHistory`, split by run so no job is predicted by a model that saw
+it, or a plain `history_table`) arrives as `history=` or `ctx.options["ones_history"]`.
 """
 
 from __future__ import annotations
@@ -80,7 +74,6 @@ class OnesPolicy(Policy):
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
         self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
-        self._settled = False
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
         if start not in ("one", "request", "node"):
@@ -103,7 +96,8 @@ class OnesPolicy(Policy):
         self.bootstrap, self.require_history = bool(bootstrap), bool(require_history)
         self.history: HistoryTable | FoldedHistory | None = history if bootstrap else None
         self.thr = OnlineThroughput()
-        self._tab: tuple[list[str], np.ndarray, np.ndarray] | None = None  # cached `thr.tables` of this job order
+        self._tab: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None = None  # cached throughput tables
+        self._xtab = np.zeros((1, 0))
         self._layouts: tuple[Any, list[str], dict[bytes, np.ndarray]] = (None, [], {})  # reorder memo
         self.pred = BetaProgressPredictor()
         self.preds = [self.pred]  # one model per held-out fold of a `FoldedHistory` (no leakage), else one
@@ -118,7 +112,6 @@ class OnesPolicy(Policy):
         self.finished_run_times: list[float] = []
         self.capacity = 0
 
-    # ------------------------------------------------------------------ hooks
     def _ensure(self, ctx: PolicyContext) -> np.random.Generator:
         if self._rng is None:
             self._rng = np.random.default_rng(ctx.seed)
@@ -259,7 +252,7 @@ class OnesPolicy(Policy):
         self.ids = ids
         if not jobs:
             return Decision({})
-        sig = repr((ids, [int(st["e"] + 1e-9) for st in sts], [j.allocation.placement for j in jobs]))
+        sig = self._sig(ids, sts, [j.allocation.placement for j in jobs])
         q = self._quiet
         if self.quiet_s > 0 and q is not None and q["sig"] == sig and snap.now - q["t"] < self.quiet_s:
             # quiet round (no arrival, completion, finished epoch or change since a settled deployment)
@@ -270,9 +263,12 @@ class OnesPolicy(Policy):
         new = ~running & ((e < 1.0) | np.array([not st["ran"] for st in sts]))
         executed = ~new & (e >= 1.0)
         med_pool = [j.run_time for j in jobs if j.start_time is not None] + self.finished_run_times
-        if self._tab is None or self._tab[0] != ids:  # the throughput tables change only with a reading
-            self._tab = (ids, *self.thr.tables(ids))
-        pts_n, pts_x = self._tab[1], self._tab[2]
+        if self._tab is None or self._tab[0] != ids or self._tab[3].shape[0] != c + 1:
+            # the throughput tables change only with a reading; x(n) for n = 0..C is looked up, not interpolated
+            pn, px = self.thr.tables(ids)
+            q = np.repeat(np.arange(c + 1.0)[:, None], len(ids), 1)
+            self._tab = (ids, pn, px, ops.interp_throughput(pn, px, q))
+        pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
         rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
@@ -282,12 +278,16 @@ class OnesPolicy(Policy):
         held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor)
                 if self.restart_aware else None)
         dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
-        self._quiet = None
-        if self._settled:  # the next round may be skipped if nothing changes (`quiet_s`)
-            after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
-            self._quiet = {"sig": repr((ids, [int(st["e"] + 1e-9) for st in sts], after)), "t": snap.now,
-                           "reasons": {k: str(v) for k, v in dec.reasons.items()}}
+        after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
+        self._quiet = {"sig": self._sig(ids, sts, after), "t": snap.now,
+                       "reasons": {k: str(v) for k, v in dec.reasons.items()}}
         return dec
+
+    def _sig(self, ids: list[str], sts: list[dict[str, Any]], placements: list[Any]) -> str:
+        """What a round's outcome depends on besides random draws: jobs, epochs done, placements, and whether
+        each job's δ clock and scale-up gate are open."""
+        return repr((ids, placements, [(int(st["e"] + 1e-9), st["e"] - st["last_placed"] >= self.delta,
+                                        st["e"] - st["last_change"] >= self.scale_gate) for st in sts]))
 
     def _generation(self, cur: np.ndarray, caps: np.ndarray, maxs: np.ndarray, new: np.ndarray,
                     executed: np.ndarray, rem: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
@@ -300,14 +300,14 @@ class OnesPolicy(Policy):
         c1, c2 = ops.crossover(parents[pairs[:, 0]], parents[pairs[:, 1]], caps, rng, self.xi)
         mutants = ops.mutate(parents, executed, rng, self.theta)
         cand = np.concatenate([parents, c1, c2, mutants])
-        x1 = ops.interp_throughput(pts_n, pts_x, np.ones((1, j)))[0]
+        x1 = self._xtab[1]
         key = np.where(executed, np.nan_to_num(rem, nan=0.0) / x1, np.inf)
         exec_order = np.flatnonzero(executed)[np.argsort(key[executed], kind="stable")]
         start = None if self.start == "one" else np.array([min(self._start_size(self._specs[i]), c)
                                                             for i in range(j)], dtype=np.int64)
         counts = ops.pad(ops.counts(cand, j), c, np.flatnonzero(new), exec_order, caps,
                          np.where(executed, maxs, 0), start)
-        score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness)
+        score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
         if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
             score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, self.restart_cost,
                                           self.resize_cost, self.fitness)
@@ -331,7 +331,6 @@ class OnesPolicy(Policy):
         running = np.array([job.gpus > 0 for job in jobs])
         since = e - np.array([st["last_placed"] for st in sts])
         out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
-        self._settled = bool((out == best).all())
         for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
             if sts[i]["resume"]:
                 sts[i]["resume"] = max(1, sts[i]["resume"] // 2)

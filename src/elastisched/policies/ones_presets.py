@@ -5,8 +5,9 @@
   (A4 unfixed), at most one doubling per epoch, no throughput limit (A16 off), scale-in that halves every
   preempted job's resume size in every unthrottled update, the δ clock reset for every job of a newly
   deployed schedule, and `_refresh` keeping the first gene of a job whose cap is 0;
-- "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness
-  charges the restart/resize cost of each change to a running job, and a running job keeps its slots unless
+- "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness is the
+  predicted remaining time with a left-out job counted on one GPU (D4, so preempting a job never looks like a
+  gain) plus the restart/resize cost of each change to a running job, and a running job keeps its slots unless
   the predicted gain pays for the move (`ones_deploy.hold`); and a round in which nothing happened since a
   settled deployment (no arrival, completion, finished epoch or allocation change) is skipped for up to
   `quiet_s` = 60 s (one generation per event, and at least one per minute: a reading of A7).
@@ -30,5 +31,5 @@ PRESETS: dict[str, dict[str, Any]] = {
     "faithful": {},
     "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
                  "refresh_keep_first": True, "double_once_per_epoch": True},
-    "tuned": {"start": "node", "restart_aware": True, "quiet_s": 60.0},
+    "tuned": {"start": "node", "fitness": "time", "restart_aware": True, "quiet_s": 60.0},
 }
