@@ -55,10 +55,10 @@ def remaining(sts: list[dict[str, Any]], executed: np.ndarray, preds: list[BetaP
         return rem
     x = np.array([sts[i]["log"][-1][0] if sts[i]["log"] else [0.0, 0.0, sts[i]["e"], 0.0, 0.0] for i in idx])
     x[:, 2] = [sts[i]["e"] for i in idx]
-    if use_samples:  # D3: samples really processed (JobView.samples_done)
-        y = np.array([sts[i].get("samples", 0.0) or sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0) for i in idx])
-    else:
-        y = np.array([sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0) for i in idx])
+    # y: epochs × epoch size (artifact), or the samples really processed (D3, and any job without an epoch size,
+    # e.g. the Pollux traces: remaining work must be in samples, the unit of the throughput it is divided by)
+    y = np.array([sts[i].get("samples", 0.0) if use_samples or not sts[i]["epoch_size"]
+                  else sts[i]["e"] * float(sts[i]["epoch_size"]) for i in idx])
     rho = np.full(idx.size, 0.5)  # no model yet: assume half done
     fold = np.array([sts[i].get("fold", 0) for i in idx])
     for f, p in enumerate(preds):
