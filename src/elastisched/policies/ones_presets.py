@@ -8,9 +8,11 @@
 - "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness is the
   predicted remaining time with a left-out job counted on one GPU (D4, so preempting a job never looks like a
   gain) plus the restart/resize cost of each change to a running job, and a running job keeps its slots unless
-  the predicted gain pays for the move (`ones_deploy.hold`); and a round in which nothing happened since a
-  settled deployment (no arrival, completion, finished epoch or allocation change) is skipped for up to
-  `quiet_s` = 60 s (one generation per event, and at least one per minute: a reading of A7).
+  the predicted gain pays for the move (`ones_deploy.hold`); and a round whose inputs did not change since the
+  last (same jobs, placements, epochs done, δ and scale-up clocks; only random draws differ) is skipped for up to
+  `quiet_s` = 300 s (one generation per event, and at least one per 5 minutes: a reading of A7); growth capped at
+  the request (`cap_factor` 1), δ = 2 epochs between placement changes, and a growth must save 4× its resize
+  cost (`hold_factor`).
 """
 
 from __future__ import annotations
@@ -31,5 +33,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "faithful": {},
     "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
                  "refresh_keep_first": True, "double_once_per_epoch": True},
-    "tuned": {"start": "node", "fitness": "time", "restart_aware": True, "quiet_s": 60.0},
+    "tuned": {"start": "node", "fitness": "time", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
+              "delta_epochs": 2.0, "hold_factor": 4.0},
 }
