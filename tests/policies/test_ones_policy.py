@@ -19,6 +19,7 @@ from elastisched.models.progress_predictor import history_table
 from elastisched.policies._ones_ops import defer as _defer
 from elastisched.policies.base import PolicyContext
 from elastisched.policies.ones import HISTORY_OPTION, OnesPolicy, job_batch
+from elastisched.policies.ones_predict import remaining
 
 E = -1
 HISTORY_PATH = peer_data.ONES_HISTORY
@@ -220,7 +221,13 @@ def test_remaining_uses_samples_done_when_asked() -> None:
     for flag, y in ((False, 3000.0), (True, 4500.0)):
         pol = OnesPolicy("faithful", bootstrap=False, samples=flag)  # no predictor: rho = 0.5, remaining = y
         sts = [pol._observe(job)]
-        assert pol._remaining([job], sts, np.array([True]), rng).tolist() == [pytest.approx(y)]
+        rem = remaining(sts, np.array([True]), pol.preds, pol.use_samples, pol.sample_rho, rng)
+        assert rem.tolist() == [pytest.approx(y)]
+    # a job without an epoch size (the Pollux traces) is measured in samples either way
+    bare = dataclasses.replace(job, spec=dataclasses.replace(job.spec, attrs={"epoch_work": 10.0}))
+    pol = OnesPolicy("faithful", bootstrap=False)
+    rem = remaining([pol._observe(bare)], np.array([True]), pol.preds, False, True, rng)
+    assert rem.tolist() == [pytest.approx(4500.0)]
 
 
 def test_start_within_one_node() -> None:
