@@ -11,7 +11,7 @@
   the predicted gain pays for the move (`ones_deploy.hold`); and a round whose inputs did not change since the
   last (same jobs, placements, epochs done, δ and scale-up clocks; only random draws differ) is skipped for up to
   `quiet_s` = 300 s (one generation per event, and at least one per 5 minutes: a reading of A7); growth capped at
-  the request (`cap_factor` 1), δ = 2 epochs between placement changes, and a growth must save 4× its resize
+  the request (`cap_factor` 1), δ = 1.5 epochs between placement changes, and a growth must save 3× its resize
   cost (`hold_factor`).
 """
 
@@ -34,5 +34,5 @@ PRESETS: dict[str, dict[str, Any]] = {
     "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
                  "refresh_keep_first": True, "double_once_per_epoch": True},
     "tuned": {"start": "node", "fitness": "time", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
-              "delta_epochs": 2.0, "hold_factor": 4.0},
+              "delta_epochs": 1.5, "hold_factor": 3.0},
 }
