@@ -56,13 +56,16 @@ def ray_cluster() -> Iterator[Any]:
 def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path: Path, policy: str, backend: str,
                                                   request: pytest.FixtureRequest) -> None:
     extra: tuple[str, ...] = ()
+    address = ""
     if backend == "ray":  # the nodes come from Ray (--cluster is not used); the loan names a loanable Ray node
-        from _ray_cluster import clean
-
         address = request.getfixturevalue("ray_cluster").address
-        request.addfinalizer(lambda: clean(address))
         extra = ("--backend", "ray", "--ray-address", address)
-    svc = service_factory(cluster="1x3:cpu", policy=policy, scripts_dir=ROOT, extra=extra).start()
+    svc = service_factory(cluster="1x3:cpu", policy=policy, scripts_dir=ROOT, extra=extra)
+    if address:  # stop the service BEFORE cleaning the module's cluster: a live service would relaunch (retry)
+        from _ray_cluster import clean  # the generations `clean` kills, and its detached ones would outlive us
+
+        request.addfinalizer(lambda: (svc.stop(), clean(address)))
+    svc.start()
     elastic = policy == "lyra"
     # d and e are the ones that land on the loan (queue order): long enough to be running at the reclaim
     plan = [("a", "2", 40), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 30), ("e", "1", 30),
