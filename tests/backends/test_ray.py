@@ -132,6 +132,20 @@ def test_dead_actor_on_a_live_node_fails_its_generation_after_the_wait(tmp_path:
     assert b.groups == {}
 
 
+def test_launch_on_a_node_that_left_requeues_instead_of_failing_the_job(tmp_path: Path) -> None:
+    from elastisched.core.events import Action, ActionKind, LaunchSpec
+    from elastisched.core.types import Allocation
+
+    b, fake, _ = _dying_node_backend(tmp_path, wait_s=30.0)
+    b.groups.clear()
+    fake.raw[0]["Alive"] = False  # t4-aaaaaa died after the engine placed a generation on it
+    spec = LaunchSpec(script="x.py", args=(), generation=2, cause="retry", token="tok2")
+    b.apply([Action(ActionKind.LAUNCH, "j", Allocation(placement=(("t4-aaaaaa", 1),)), Allocation(), spec)])
+    changed, end = b.poll()
+    assert (type(changed).__name__, changed.lost) == ("NodesChanged", ("t4-aaaaaa",))  # first: the job requeues
+    assert (type(end).__name__, end.outcome, end.generation) == ("GenerationEnded", "lost", 2)  # not launch_failed
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     # two t4 nodes, so a 2-worker t4 job has somewhere to go when one is lost; a v100; a loanable t4
