@@ -19,30 +19,54 @@ allocation is priced as data parallel). Per policy (summary): GPU-hours running,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from elastisched import __version__
 from elastisched.core.types import PendingReason
 from elastisched.engine.jobstate import JobState
 from elastisched.models.application import Application
+from elastisched.sim.table import Rows
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from elastisched.sim.simulator import Simulator
 
 
 @dataclass
 class SimResult:
+    """`jobs` and `timeline` are DataFrames built on first use (pandas is not imported by a run that only
+    writes files: `job_rows.to_csv()`)."""
+
     summary: dict[str, Any]
-    jobs: pd.DataFrame
-    timeline: pd.DataFrame  # t, busy_gpus, total_gpus, loaned_servers
+    job_rows: Rows
+    timeline_rows: Rows  # t, busy_gpus, total_gpus, loaned_servers
     reclaims: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def jobs(self) -> pd.DataFrame:
+        return self.job_rows.frame
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        return self.timeline_rows.frame
 
 
 def _pct(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+def _mean(x: np.ndarray) -> float:
+    """pandas' Series.mean, same arithmetic: NaN counted as 0 in the sum and left out of the count."""
+    n = int(np.count_nonzero(~np.isnan(x)))
+    return _nansum(x) / n if n else float("nan")
+
+
+def _nansum(x: np.ndarray) -> float:
+    return float(np.where(np.isnan(x), 0.0, x).sum())
 
 
 _BEST: dict[tuple[Any, ...], np.ndarray] = {}
@@ -54,8 +78,7 @@ def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], ow
     r = _BEST.get(key)
     if r is None:
         g = sum(shape)
-        grid = [*np.geomspace(app.init_batch_size, app.max_batch_size, 12).astype(int).tolist(), own_batch]
-        for b in sorted(set(grid)):
+        for b in _batch_grid(app.init_batch_size, app.max_batch_size, own_batch):
             cfg = app.batch_config(g, int(b))
             rb = app.efficiency.gains(cfg.global_batch) / app.iteration_time(gpu_type, shape, cfg)
             r = rb if r is None else _elementwise_max([r, rb])
@@ -64,6 +87,11 @@ def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], ow
             _BEST.clear()
         _BEST[key] = r
     return r
+
+
+@lru_cache(maxsize=4096)
+def _batch_grid(lo: int, hi: int, own: int) -> tuple[int, ...]:
+    return tuple(sorted({*np.geomspace(lo, hi, 12).astype(int).tolist(), own}))
 
 
 def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_node: int, nodes: int) -> np.ndarray:
@@ -134,30 +162,30 @@ def collect(sim: Simulator, wall: float) -> SimResult:
                                    else ""),
             "restart_gpu_seconds": j.restart_gpu_seconds,
         })
-    jobs = pd.DataFrame(rows, columns=["job", "application", "submit", "start", "end", "jct", "queue",
-                                       "requested_gpus", "gpu_seconds", "avg_gpus", "run_time", "restarts",
-                                       "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"])
-    tl = pd.DataFrame(sim.timeline, columns=["t", "busy_gpus", "total_gpus", "loaned_servers"])
-    jct = jobs["jct"].to_numpy(float)
+    cols = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
+            "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"]
+    jobs = Rows(cols, [tuple(r[c] for c in cols) for r in rows])
+    tl = Rows(["t", "busy_gpus", "total_gpus", "loaned_servers"], sim.timeline)
+    jct = jobs.array("jct")
     t0 = min((s.submit_time for s in sim.workload.jobs), default=0.0)
-    makespan = float(jobs["end"].max() - t0) if len(jobs) else 0.0
+    makespan = float(jobs.array("end").max() - t0) if len(jobs) else 0.0
     # GPU-time utilisation: busy GPU-seconds / available GPU-seconds over the makespan
     if len(tl) > 1:
-        dt = np.diff(np.append(tl["t"].to_numpy(float), sim.now))
-        avail = float(np.sum(dt * tl["total_gpus"].to_numpy(float)))
-        busy = float(np.sum(dt * tl["busy_gpus"].to_numpy(float)))
+        dt = np.diff(np.append(tl.array("t"), sim.now))
+        avail = float(np.sum(dt * tl.array("total_gpus")))
+        busy = float(np.sum(dt * tl.array("busy_gpus")))
     else:
         avail = busy = 0.0
+    restart_gs = float(_nansum(jobs.array("restart_gpu_seconds")))
     lat = np.array(sim.latencies) * 1000.0
     summary = {
         "policy": sim.policy.name, "workload": sim.workload.name, "workload_digest": sim.workload.digest,
         "n_jobs": len(sim.workload.jobs), "n_finished": len(jobs), "unfinished": sim.stalled[:20],
         "avg_jct": float(jct.mean()) if len(jct) else float("nan"), "median_jct": _pct(jct, 50),
         "p95_jct": _pct(jct, 95), "p99_jct": _pct(jct, 99),
-        "avg_queue": float(jobs["queue"].mean()) if len(jobs) else float("nan"),
-        "p95_queue": _pct(jobs["queue"].to_numpy(float), 95),
+        "avg_queue": _mean(jobs.array("queue")), "p95_queue": _pct(jobs.array("queue"), 95),
         "makespan": makespan, "gpu_utilization": busy / avail if avail else 0.0,
-        "restarts": int(jobs["restarts"].sum()), "preemptions": int(jobs["preemptions"].sum()),
+        "restarts": int(jobs.array("restarts").sum()), "preemptions": int(jobs.array("preemptions").sum()),
         "reclaims": len(sim.reclaims), "reclaim_preemptions": int(sum(r["preempted"] for r in sim.reclaims)),
         "rounds": len(sim.latencies), "events": sim.events,
         "decision_ms_p50": _pct(lat, 50), "decision_ms_p99": _pct(lat, 99),
@@ -167,8 +195,8 @@ def collect(sim: Simulator, wall: float) -> SimResult:
                     "types": sorted({n.gpu_type for n in sim.train_nodes})},
         "policy_config": {"interval": sim.policy.interval, **sim.ctx.options},
         # JCT decomposition, mean seconds per finished job (module docstring) and GPU-hours by use
-        "decomposition": {k: float(jobs[k].mean()) if len(jobs) else float("nan") for k in DECOMPOSITION},
-        "gpu_hours": {"available": avail / 3600, "running": (busy - float(jobs["restart_gpu_seconds"].sum())) / 3600,
-                      "restarting": float(jobs["restart_gpu_seconds"].sum()) / 3600, "idle": (avail - busy) / 3600},
+        "decomposition": {k: _mean(jobs.array(k)) for k in DECOMPOSITION},
+        "gpu_hours": {"available": avail / 3600, "running": (busy - restart_gs) / 3600,
+                      "restarting": restart_gs / 3600, "idle": (avail - busy) / 3600},
     }
     return SimResult(summary, jobs, tl, list(sim.reclaims))
