@@ -18,6 +18,7 @@ allocation is priced as data parallel). Per policy (summary): GPU-hours running,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -72,37 +73,54 @@ def _nansum(x: np.ndarray) -> float:
 _BEST: dict[tuple[Any, ...], np.ndarray] = {}
 
 
-def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], own_batch: int) -> np.ndarray:
-    """Progress/s per epoch on `shape` GPUs of `gpu_type` at the best batch for each epoch (grid above)."""
-    key = (app.name, gpu_type, shape, own_batch)
+def _cached(key: tuple[Any, ...], make: Callable[[], np.ndarray]) -> np.ndarray:
     r = _BEST.get(key)
     if r is None:
-        g = sum(shape)
-        for b in _batch_grid(app.init_batch_size, app.max_batch_size, own_batch):
-            cfg = app.batch_config(g, int(b))
-            rb = app.efficiency.gains(cfg.global_batch) / app.iteration_time(gpu_type, shape, cfg)
-            r = rb if r is None else _elementwise_max([r, rb])
-        assert r is not None
-        if len(_BEST) > 100_000:
+        if len(_BEST) > 200_000:
             _BEST.clear()
-        _BEST[key] = r
+        r = _BEST[key] = make()
     return r
 
 
+def _rate(app: Application, gpu_type: str, shape: tuple[int, ...], batch: int) -> np.ndarray:
+    """Progress/s per epoch on `shape` GPUs of `gpu_type` at global batch `batch`."""
+    cfg = app.batch_config(sum(shape), int(batch))
+    return app.efficiency.gains(cfg.global_batch) / app.iteration_time(gpu_type, shape, cfg)
+
+
+def _grid_rates(app: Application, gpu_type: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The per-epoch best over the 12-point batch grid (the part shared by every job's own batch)."""
+    return _cached((app.name, gpu_type, shape), lambda: _elementwise_max(
+        [_rate(app, gpu_type, shape, b) for b in _batch_grid(app.init_batch_size, app.max_batch_size)]))
+
+
+def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], own_batch: int) -> np.ndarray:
+    """Progress/s per epoch on `shape` GPUs of `gpu_type` at the best batch for each epoch (grid above).
+    A maximum does not depend on the order it is taken in, so the grid's part is computed once per shape."""
+    return _cached((app.name, gpu_type, shape, own_batch), lambda: _elementwise_max(
+        [_grid_rates(app, gpu_type, shape), _rate(app, gpu_type, shape, own_batch)]))
+
+
 @lru_cache(maxsize=4096)
-def _batch_grid(lo: int, hi: int, own: int) -> tuple[int, ...]:
-    return tuple(sorted({*np.geomspace(lo, hi, 12).astype(int).tolist(), own}))
+def _batch_grid(lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(sorted(set(np.geomspace(lo, hi, 12).astype(int).tolist())))
+
+
+@lru_cache(maxsize=4096)
+def _shapes(cap: int, per_node: int, nodes: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(sorted({_balanced(g, k) for g in range(1, cap + 1)
+                         for k in range(-(-g // per_node), min(g, nodes) + 1)}))
 
 
 def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_node: int, nodes: int) -> np.ndarray:
     """Progress/s per epoch at the best GPU count ≤ `cap`, the best spread of it over the type's `nodes`
-    servers (balanced over k servers; spreading can beat packing on T4) and the best batch."""
-    key = (app.name, gpu_type, cap, own_batch, per_node, nodes)
-    r = _BEST.get(key)
-    if r is None:
-        shapes = {_balanced(g, k) for g in range(1, cap + 1) for k in range(-(-g // per_node), min(g, nodes) + 1)}
-        r = _BEST[key] = _elementwise_max([best_batch_rates(app, gpu_type, sh, own_batch) for sh in sorted(shapes)])
-    return r
+    servers (balanced over k servers; spreading can beat packing on T4) and the best batch: the best over
+    the batch grid (shared by all jobs of the application) and over the job's own batch."""
+    shapes = _shapes(cap, per_node, nodes)
+    grid = _cached((app.name, gpu_type, cap, per_node, nodes), lambda: _elementwise_max(
+        [_grid_rates(app, gpu_type, sh) for sh in shapes]))
+    return _cached((app.name, gpu_type, cap, own_batch, per_node, nodes), lambda: _elementwise_max(
+        [grid, *(_rate(app, gpu_type, sh, own_batch) for sh in shapes)]))
 
 
 def _elementwise_max(rates: list[np.ndarray]) -> np.ndarray:
@@ -126,9 +144,12 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, fl
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
         return out
     at_best_batch = 0.0
+    rates: dict[tuple[str, tuple[int, ...]], list[float]] = {}  # per (type, shape): the epochs' rates
     for (t, shape, e), work in j.work_by_config.items():
         if t in app.profile.throughput and shape:
-            r = best_batch_rates(app, t, shape, j.spec.batch_size)
+            r = rates.get((t, shape))
+            if r is None:
+                r = rates[t, shape] = best_batch_rates(app, t, shape, j.spec.batch_size).tolist()
             at_best_batch += work / r[min(e, len(r) - 1)]
     t = max(j.gpu_seconds_by_type, key=lambda k: j.gpu_seconds_by_type[k])
     if t not in app.profile.throughput:
