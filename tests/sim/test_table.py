@@ -24,3 +24,12 @@ def test_a_run_writes_what_pandas_would() -> None:
     assert r.job_rows.to_csv() == r.jobs.to_csv(index=False)
     assert r.timeline_rows.to_csv() == r.timeline.to_csv(index=False)
     assert len(r.jobs) == 25 and list(r.jobs.columns) == r.job_rows.columns
+
+
+def test_work_log_keeps_keys_order_and_values() -> None:
+    from elastisched.sim.table import WorkLog
+
+    work = {("t4", (4, 4), 0): 1.5, ("t4", (2,), 0): 0.25, ("t4", (4, 4), 1): 1e-3, ("v100", (4, 4), 1): 3.0}
+    log = WorkLog(work)
+    assert list(log.items()) == list(work.items()) and list(log) == list(work) and len(log) == 4
+    assert log["t4", (2,), 0] == 0.25 and dict(log) == work

@@ -29,7 +29,7 @@ from elastisched import __version__
 from elastisched.core.types import PendingReason
 from elastisched.engine.jobstate import JobState
 from elastisched.models.application import Application
-from elastisched.sim.table import Rows
+from elastisched.sim.table import Rows, WorkLog
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,14 +143,18 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, fl
     app = j.app
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
         return out
-    at_best_batch = 0.0
-    rates: dict[tuple[str, tuple[int, ...]], list[float]] = {}  # per (type, shape): the epochs' rates
-    for (t, shape, e), work in j.work_by_config.items():
+    log = j.work_by_config if isinstance(j.work_by_config, WorkLog) else WorkLog(j.work_by_config)
+    configs, which, epoch, work_done = log.arrays()
+    per_entry, priced = np.zeros(len(work_done)), np.zeros(len(work_done), dtype=bool)
+    for c, (t, shape) in enumerate(configs):
         if t in app.profile.throughput and shape:
-            r = rates.get((t, shape))
-            if r is None:
-                r = rates[t, shape] = best_batch_rates(app, t, shape, j.spec.batch_size).tolist()
-            at_best_batch += work / r[min(e, len(r) - 1)]
+            r = best_batch_rates(app, t, shape, j.spec.batch_size)
+            m = which == c
+            per_entry[m] = work_done[m] / r[np.minimum(epoch[m], len(r) - 1)]
+            priced |= m
+    per_entry = per_entry[priced]
+    # the same divisions, summed one after another in the log's order (add.accumulate is sequential)
+    at_best_batch = float(np.add.accumulate(per_entry)[-1]) if len(per_entry) else 0.0
     t = max(j.gpu_seconds_by_type, key=lambda k: j.gpu_seconds_by_type[k])
     if t not in app.profile.throughput:
         return out
