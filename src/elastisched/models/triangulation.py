@@ -8,16 +8,19 @@ runs scipy's own point location, transcribed here in plain Python (scipy `spatia
 `_find_simplex_directed`, falling back to `_find_simplex_bruteforce` — with eps = 100·DBL_EPSILON and
 eps_broad = √eps as `LinearNDInterpolator._do_evaluate` passes them), and the same barycentric sums in the
 same order. The same simplex is found and the same arithmetic done, so the values are the ones scipy gives
-(checked bit for bit against LinearNDInterpolator in tests/models/test_triangulation.py).
+(checked bit for bit against LinearNDInterpolator in tests/models/test_triangulation.py). Where a point was
+found (simplex, barycentric coordinates) depends on nothing else, so it is kept on disk too: a warm run of
+the same workload locates no point again.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import sys
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import product
 from pathlib import Path
@@ -107,6 +110,10 @@ class Triangulation:
     min_bound: list[float]
     max_bound: list[float]
     _index: BoxIndex
+    # point -> (simplex, barycentric coordinates) found for it: a pure function of the triangulation, kept
+    # on disk beside it (`triangulate`), so a warm run locates no point twice
+    located: dict[tuple[float, ...], tuple[int, tuple[float, ...]]] = field(default_factory=dict, compare=False)
+    fresh: list[tuple[float, ...]] = field(default_factory=list, compare=False)
 
     @classmethod
     def from_arrays(cls, a: dict[str, np.ndarray]) -> Triangulation:
@@ -217,8 +224,14 @@ class Triangulation:
 
     def __call__(self, x: list[float], values: list[list[float]]) -> list[float] | None:
         """Linear interpolation of `values` (one row per input point) at `x`; None outside the hull."""
-        c = [0.0] * (self.ndim + 1)
-        s = self.find(x, c)
+        key = tuple(x)
+        hit = self.located.get(key)
+        if hit is None:
+            c = [0.0] * (self.ndim + 1)
+            s = self.find(x, c)
+            hit = self.located[key] = (s, tuple(c))
+            self.fresh.append(key)
+        s, c = hit[0], list(hit[1])
         if s == -1:
             return None
         out = [0.0] * len(values[0])
@@ -276,5 +289,39 @@ def triangulate(points: np.ndarray, cache: Path | None) -> Triangulation | None:
             except OSError:
                 pass
     tri = Triangulation.from_arrays(arrays) if arrays is not None else None
+    if tri is not None and path is not None:
+        located = path.with_name(f"{digest}.located.npz")
+        tri.located.update(_read_located(located))
+        atexit.register(_save_located, tri, located)
     _MEMO[digest] = tri
     return tri
+
+
+MAX_LOCATED = 200_000  # points kept per triangulation on disk
+
+
+def _read_located(path: Path) -> dict[tuple[float, ...], tuple[int, tuple[float, ...]]]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            xs, ss, cs = z["x"].tolist(), z["s"].tolist(), z["c"].tolist()
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {tuple(x): (s, tuple(c)) for x, s, c in zip(xs, ss, cs, strict=True)}
+
+
+def _save_located(tri: Triangulation, path: Path) -> None:
+    """At exit: add this process's newly located points to the file (merged with what is there now)."""
+    if not tri.fresh:
+        return
+    merged = _read_located(path)
+    merged.update({k: tri.located[k] for k in tri.fresh})
+    if len(merged) > MAX_LOCATED:
+        return
+    try:
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        keys = list(merged)
+        np.savez(tmp, x=np.array(keys, dtype=float), s=np.array([merged[k][0] for k in keys], dtype=np.int64),
+                 c=np.array([merged[k][1] for k in keys], dtype=float))
+        os.replace(tmp, path)
+    except OSError:
+        pass
