@@ -174,8 +174,10 @@ def collect(sim: Simulator, wall: float) -> SimResult:
     for n in sim.train_nodes:
         g, k = per_node.get(n.gpu_type, (0, 0))
         per_node[n.gpu_type] = (max(g, n.num_gpus), k + 1)
+    cols = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
+            "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"]
     for j in sorted(sim.done, key=lambda j: (j.spec.submit_time, j.spec.job_id)):
-        rows.append(decompose(j, per_node) | {
+        row = decompose(j, per_node) | {
             "job": j.spec.job_id, "application": j.spec.application, "submit": j.spec.submit_time,
             "start": j.start_time, "end": j.end_time, "jct": j.end_time - j.spec.submit_time,
             "queue": (j.start_time or j.end_time) - j.spec.submit_time, "requested_gpus": j.spec.num_gpus,
@@ -186,10 +188,9 @@ def collect(sim: Simulator, wall: float) -> SimResult:
             "reason": j.reason or (PendingReason.PRIORITY.value if (j.start_time or j.end_time) > j.spec.submit_time
                                    else ""),
             "restart_gpu_seconds": j.restart_gpu_seconds,
-        })
-    cols = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
-            "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"]
-    jobs = Rows(cols, [tuple(r[c] for c in cols) for r in rows])
+        }
+        rows.append(tuple(row[c] for c in cols))  # a tuple per job, not a dict: 74k jobs' rows at once
+    jobs = Rows(cols, rows)
     tl = Rows(["t", "busy_gpus", "total_gpus", "loaned_servers"], sim.timeline)
     jct = jobs.array("jct")
     t0 = min((s.submit_time for s in sim.workload.jobs), default=0.0)
