@@ -257,3 +257,19 @@ def test_hints_reader_waits_for_a_complete_line(backends: Callable[..., LocalBac
         f.write(line.replace('"step": 7', '"step": 9') + "\n")
     h = b._hints("j1")
     assert h is not None and (h.step, h.generation, h.world_size) == (9, 2, 2)
+
+
+def test_resize_of_a_generation_that_already_finished_does_not_run_it_again(
+        backends: Callable[..., LocalBackend]) -> None:
+    """A resize that reaches a job after its workers finished (exit 0, no checkpointed stop) ends the job:
+    both the old generation and the planned one are reported succeeded and nothing is launched."""
+    b = backends()
+    spec = _launch(b, "j1", ["--steps", "2", "--sleep", "0.01"], ("cpu-0", 1))
+    exit_file = b.job_dir("j1") / "run" / f"g{spec.generation}-r0.exit"
+    wait_for(exit_file.exists, 20, "the worker to finish")
+    new = _spec(["--steps", "2"], gen=2, cause="resize")
+    old = Allocation(placement=(("cpu-0", 1),))
+    b.apply([Action(ActionKind.RESIZE, "j1", Allocation(placement=(("cpu-0", 2),)), old, new)])
+    events = b.poll()
+    assert not [e for e in events if isinstance(e, JobStarted) and e.generation == 2] and "j1" not in b.groups
+    assert [(e.generation, e.outcome) for e in _ended(events, "j1")] == [(1, "succeeded"), (2, "succeeded")]

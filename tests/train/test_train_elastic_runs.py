@@ -95,11 +95,16 @@ def test_restart_into_warm_pool_continues_exactly(tmp_path: Path) -> None:
     assert sorted(losses(tr)) == list(range(1, N // G + 1))
 
 
-def test_single_micro_batch_steps_still_report_progress_hints(tmp_path: Path) -> None:
-    """One worker, one micro-batch per step: no two-halves statistic, but every stats step still writes a
-    hint with its step and measured throughput (the service's progress and speed come from these)."""
-    ck = tmp_path / "ck"
-    run_launch(1, local_batch=16, ckpt=ck, worker_args=["--max-steps", "6", "--stats-interval", "2"])
+def test_single_micro_batch_steps_measure_statistics_from_two_halves(tmp_path: Path) -> None:
+    """One worker, one micro-batch per step: a statistics step splits its micro-batch into two halves, so
+    every stats step writes a hint with its step, measured throughput and the gradient statistics (Pollux's
+    noise scale for a one-GPU job), and training stays exact (each sample once an epoch)."""
+    ck, tr = tmp_path / "ck", tmp_path / "tr"
+    run_launch(1, local_batch=16, ckpt=ck, worker_args=["--max-steps", "6", "--stats-interval", "2", "--trace",
+                                                        str(tr)])
     hints = [json.loads(line) for line in (ck / "hints.jsonl").read_text().splitlines()]
     assert [h["step"] for h in hints] == [2, 4, 6]
-    assert all(h["throughput"] > 0 and h["globalBatchSize"] == 16 and "similarity" not in h for h in hints)
+    assert all(h["throughput"] > 0 and h["globalBatchSize"] == 16 for h in hints)
+    assert all(h["grad_sqr"] > 0 and h["grad_var"] >= 0 and -1 <= h["similarity"] <= 1 for h in hints)
+    micro = [len(r["idx"]) for r in read_trace(tr)]
+    assert micro == [16, 8, 8, 16, 8, 8, 16, 8, 8]  # statistics steps 2, 4, 6 as two halves of 8

@@ -78,6 +78,9 @@ class JobHints:
     global_batch: int | None
     world_size: int
     throughput: float | None = None
+    # gradient statistics of a statistics step (AdaptDL's gradParams): |E g|² and tr(Σ) per sample; None otherwise
+    grad_sqr: float | None = None
+    grad_var: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ the single writer, records them and decides retries.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from elastisched.backends._faults import pause
 from elastisched.backends.base import BackendEvent, GenerationEnded, GenerationRecord, JobHints, JobStarted
+from elastisched.backends.hints import read_hints, write_batch_target
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import Allocation, NodeView
 from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, RANK, worker_envs
@@ -198,24 +198,36 @@ class LocalBackend:
     # ------------------------------------------------------------------ actions
     def apply(self, actions: Sequence[Action]) -> None:
         stops = [a.job_id for a in actions if a.kind in (ActionKind.RESIZE, ActionKind.SUSPEND)]
-        self._stop_many(stops, outcome="stopped")
+        done = self._stop_many(stops, outcome="stopped")
         for a in actions:
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
                 if a.launch is None:
                     raise ValueError(f"job {a.job_id}: {a.kind.value} action without a launch spec")
+                if a.job_id in done:  # it finished its work before the stop reached it: never run it again
+                    self._pending.append(GenerationEnded(time.time(), a.job_id, a.launch.generation, "succeeded",
+                                                         (), "finished before the resize"))
+                    continue
                 self._pending.extend(self._launch(a.job_id, a.allocation, a.launch))
 
     def cancel(self, job_id: str) -> None:
         self._stop_many([job_id], outcome="cancelled")
         self._hint_pos.pop(job_id, None)
 
-    def _stop_many(self, job_ids: Sequence[str], outcome: str) -> None:
-        """SIGTERM all groups at once (they checkpoint in parallel), wait up to grace, then SIGKILL."""
+    def _stop_many(self, job_ids: Sequence[str], outcome: str) -> set[str]:
+        """SIGTERM all groups at once (they checkpoint in parallel), wait up to grace, then SIGKILL. Returns the
+        jobs whose rank 0 had finished the work (exit 0 without a checkpointed stop, as in `_ended`)."""
         groups = [self.groups[j] for j in job_ids if j in self.groups]
         self._stop_groups(groups)
+        done = set()
         for g in groups:
-            self._pending.append(GenerationEnded(time.time(), g.job_id, g.generation, outcome, tuple(g.codes())))
+            codes = g.codes()
+            end = outcome
+            if outcome == "stopped" and codes[0] == 0 and not g.ranks[0].signalled():
+                end = "succeeded"
+                done.add(g.job_id)
+            self._pending.append(GenerationEnded(time.time(), g.job_id, g.generation, end, tuple(codes)))
             self.groups.pop(g.job_id, None)
+        return done
 
     def _stop_groups(self, groups: Sequence[_Group]) -> None:
         for g in groups:
@@ -303,29 +315,15 @@ class LocalBackend:
 
     def _hints(self, job_id: str) -> JobHints | None:
         """The newest complete line appended to the job's hints file since the last poll (one stat per poll)."""
-        path = self.job_dir(job_id) / "ckpt" / "hints.jsonl"
-        pos = self._hint_pos.get(job_id, 0)
-        try:
-            if path.stat().st_size <= pos:
-                return None
-            with open(path, "rb") as f:
-                f.seek(pos)
-                chunk = f.read()
-        except OSError:
-            return None
-        end = chunk.rfind(b"\n") + 1
-        if end == 0:
-            return None  # a line being written: read it next time
-        self._hint_pos[job_id] = pos + end
-        for line in reversed(chunk[:end].splitlines()):
-            try:
-                h = json.loads(line)
-                return JobHints(float(h["time"]), job_id, int(h.get("generation") or 0), int(h["step"]),
-                                int(h.get("epoch") or 0), h.get("globalBatchSize"), int(h.get("world_size") or 1),
-                                h.get("throughput"))
-            except (ValueError, KeyError, TypeError):
-                continue  # a malformed line (user code may write here too): try the one before
-        return None
+        h, self._hint_pos[job_id] = read_hints(self.job_dir(job_id) / "ckpt" / "hints.jsonl",
+                                               self._hint_pos.get(job_id, 0), job_id)
+        return h
+
+    def set_batch(self, job_id: str, batch_size: int) -> None:
+        """An in-place batch change (`backends/hints.py`): the running workers switch at a step boundary."""
+        g = self.groups.get(job_id)
+        if g is not None:
+            write_batch_target(self.job_dir(job_id) / "ckpt", batch_size, g.generation)
 
     def _ended(self, g: _Group, codes: list[int | None]) -> GenerationEnded:
         """How a generation whose ranks all exited ended. Rank 0 exiting 0 unsignalled means the job finished

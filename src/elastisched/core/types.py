@@ -161,6 +161,9 @@ class JobView:
     # this job's own performance model (a `models.application.Application`), None when its application has no
     # profile: the policy then uses its model-free fallback for this job alone (AdaptDL: a speedup fn per job)
     model: Any = field(default=None, compare=False)
+    # gradient statistics the job measured itself (live: its hints), (|E g|², tr(Σ) per sample); None when it
+    # reported none (the simulator: the model's per-epoch statistics stand in). Pollux's efficiency reads them.
+    grad_stats: tuple[float, float] | None = None
 
     @property
     def job_id(self) -> JobId:

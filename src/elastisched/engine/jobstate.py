@@ -123,6 +123,7 @@ class JobState:
     version: int = 0  # bumps on every allocation change; stale completion events are ignored
     rates: np.ndarray | None = None  # progress/s per epoch for the current config
     observed: dict[int, float] = field(default_factory=dict)  # GPUs -> samples/s measured
+    grad_stats: tuple[float, float] | None = None  # (|E g|², tr(Σ) per sample) the job measured (live hints)
     gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
     view: JobView | None = None
     _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
@@ -284,5 +285,5 @@ class JobState:
                 updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
                 num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
                 observed_throughput=MappingProxyType(dict(self.observed)), samples_done=self.samples,
-                model=self.app)
+                model=self.app, grad_stats=self.grad_stats)
         return self.view

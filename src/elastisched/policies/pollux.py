@@ -14,7 +14,9 @@ Faithful to the artifact (petuum/adaptdl `osdi21-artifact`, `simulator/pollux.py
   step) time measured there joins its observations and the model is refitted; the gradient statistics are
   those measured at its current batch size and epoch. Measurements are read from the job's own model
   (`JobView.model`, fallback `ctx.perf.app(name)`) at the configuration it ran — what a live job reports as
-  hints. A job that has not run yet scales linearly (speedup r / fair share), as in the artifact.
+  hints; a job that reports its own gradient statistics (`JobView.grad_stats`, the live service: the training
+  library's hints) is judged by those instead. A job that has not run yet scales linearly (speedup r / fair
+  share), as in the artifact.
 - A job may hold at most min(2 × the most replicas it has run on (≥ 1), 64, max batch / min local batch)
   GPUs — it grows by at most doubling per round; ncf jobs hold one GPU at global batch 32,768 (artifact).
 - Restart factor of a job that would change: max(age − restarts · 30 s, 0) / (age + 30 s).
@@ -92,7 +94,17 @@ class PolluxPolicy(Policy):
         step, sync = max(steps)
         key = (len(shape), a.gpus, cfg.micro_batch)
         self._obs.setdefault(job.job_id, {}).setdefault(key, (step - sync, step))
-        self._grad[job.job_id] = app.efficiency.grad_stats(job.batch_size, job.epoch)
+        self._grad[job.job_id] = self.grad_stats(job, app)
+
+    @staticmethod
+    def grad_stats(job: JobView, app: Application) -> tuple[float, float]:
+        """(grad_sqr, grad_var at the reference batch M₀) of a job now: the ones it measured itself when it
+        reports them (live: its hints, `JobView.grad_stats` = (|E g|², tr(Σ) per sample)), else its model's at
+        its batch and epoch (the simulator: the profile's per-epoch statistics stand in for the measurement)."""
+        if job.grad_stats is not None:
+            sqr, trace = job.grad_stats
+            return float(sqr), float(trace) / app.init_batch_size
+        return app.efficiency.grad_stats(job.batch_size, job.epoch)  # type: ignore[no-any-return]
 
     def _perf(self, app: Application, obs: Obs) -> PerfParams:
         key = (app.name, tuple(sorted(obs.items())))

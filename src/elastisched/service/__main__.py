@@ -20,6 +20,7 @@ def main() -> None:
     ap.add_argument("--scripts-dir", default=None, help="job scripts must live under it (default: an empty "
                     "<workdir>/scripts)")
     ap.add_argument("--tick", type=float, default=0.5)
+    ap.add_argument("--policy-interval", type=float, default=None, help="period of a periodic policy's rounds (s)")
     ap.add_argument("--grace", type=float, default=15.0)
     ap.add_argument("--max-retries", type=int, default=2)
     ap.add_argument("--max-follows", type=int, default=32, help="concurrent `logs --follow` streams")
@@ -33,7 +34,7 @@ def main() -> None:
         serve(host=a.host, port=a.port, db=a.db, cluster=a.cluster, policy=a.policy, workdir=a.workdir,
               scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries,
               profiles=a.profiles, max_follows=a.max_follows, follow_idle_s=a.follow_idle,
-              backend=a.backend, ray_address=a.ray_address)
+              backend=a.backend, ray_address=a.ray_address, policy_interval=a.policy_interval)
     except ElastischedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

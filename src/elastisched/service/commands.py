@@ -85,6 +85,8 @@ def register(app: typer.Typer) -> None:
         scripts_dir: Path = typer.Option(None, "--scripts-dir", help="job scripts must live under it (default: an "
                                          "empty <workdir>/scripts)"),
         tick: float = typer.Option(0.5, "--tick", min=0.05, help="engine loop period (s)"),
+        policy_interval: float = typer.Option(None, "--policy-interval", min=0.1, help="period of a periodic "
+                                              "policy's rounds (s; default the policy's own, e.g. pollux 60)"),
         grace: float = typer.Option(15.0, "--grace", min=0.0, help="checkpoint deadline before SIGKILL (s)"),
         max_retries: int = typer.Option(2, "--max-retries", min=0, help="relaunches of a failed job"),
         max_follows: int = typer.Option(32, "--max-follows", min=1, help="concurrent `logs --follow` streams"),
@@ -103,7 +105,8 @@ def register(app: typer.Typer) -> None:
             tok = _serve_banner(host, port, workdir, policy, cluster)
             run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, token=tok,
                 scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
-                profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address)
+                profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address,
+                policy_interval=policy_interval)
         except ElastischedError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None

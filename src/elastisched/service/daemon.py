@@ -47,13 +47,16 @@ class Service:
 
     def __init__(self, store: Store, nodes: tuple[NodeView, ...], backend: Backend, policy: str | Policy = "fifo",
                  *, tick_s: float = 0.5, seed: int = 0, profiles_dir: str | None = None,
-                 clock: Clock | None = None, models: Any = None, max_retries: int = 2) -> None:
+                 clock: Clock | None = None, models: Any = None, max_retries: int = 2,
+                 policy_interval: float | None = None) -> None:
         self.store = store
         self.launches = Launches(store, max_retries)  # generations: planned before, recorded after the backend
         self.base_nodes = nodes
         self.backend = backend
         self.policy = policy_named(policy) if isinstance(policy, str) else policy
         self.policy_name = self.policy.name
+        if policy_interval is not None:  # `serve --policy-interval`: the period of a periodic policy's rounds
+            self.policy.interval = policy_interval  # type: ignore[misc]
         self.engine = Engine(self.policy, PolicyContext(perf=None, rng=np.random.default_rng(seed), seed=seed))
         self.tick_s = tick_s
         epoch = store.get_meta("epoch")
@@ -200,7 +203,7 @@ class Service:
         self.round_latency_s = res.latency_s
         if self.on_round is not None:
             self.on_round(snap, res)
-        actions = self.launches.prepare(list(res.actions))
+        actions = self.launches.prepare(list(res.actions), {j: v.grad_stats for j, v in snap.jobs.items()})
         returned = list(res.reclaim.servers) if res.reclaim is not None else []
         why = res.decision.reasons
         reasons = {jid: stored_reason(why.get(jid)) for jid, j in snap.jobs.items() if not j.is_running}
@@ -210,9 +213,12 @@ class Service:
                 self.store.update_job(a.job_id, state="SUSPENDED", placement=[], reason=PendingReason.PREEMPTED.value)
         self._apply(actions, snap.now)
         types = {n.node_id: n.gpu_type for n in nodes}
+        push = getattr(self.backend, "set_batch", None)  # the channel to running workers (local backend)
         for a in res.actions:
-            if in_place(a):  # batch-only change: the engine's bookkeeping follows, no relaunch, no restart
+            if in_place(a):  # batch-only change: the workers switch at a step boundary; no relaunch, no restart
                 self.jobs.applied(a, snap.now, types)
+                if push is not None and a.allocation.batch_size:
+                    push(a.job_id, a.allocation.batch_size)
         if reclaims:
             with self.store.tx() as c:
                 t = time.time()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,8 @@ from elastisched.service.store import ACTIVE, Store
 
 def in_place(a: Action) -> bool:
     """A batch-only change on the same GPUs: not a restart (the engine's rule, as in the simulator). The live
-    job keeps running; the launch contract has no channel to push a new batch into running workers, so the
-    batch they use stays the training library's own (its adaptive batch); the service records the target."""
+    job keeps running; the daemon hands the new batch to the backend (`set_batch`: the local backend writes
+    `batch-target.json` in the job's checkpoint dir, which the training library applies at a step boundary)."""
     return a.kind is ActionKind.RESIZE and change_kind(a.previous, a.allocation) == "reconfigure"
 
 
@@ -52,15 +53,22 @@ class Launches:
         self.store = store
         self.max_retries = max_retries
 
-    def prepare(self, actions: list[Action]) -> list[Action]:
+    def prepare(self, actions: list[Action], grad: Mapping[str, tuple[float, float] | None] | None = None
+                ) -> list[Action]:
         """Persist what each action starts or stops; LAUNCH / RESIZE come back with their launch spec. A RESIZE
         that only changes the batch on the same GPUs (`engine.jobstate.change_kind` "reconfigure") starts no
-        generation: the target batch is recorded and the action is left out (see `in_place`)."""
+        generation: the target batch is recorded and the action is left out (see `in_place`). Its event says
+        which gradient statistics the policy saw (`grad`: the job's measured ones, from its hints, or None)."""
         out = []
         for a in actions:
             if in_place(a):
+                row = self.store.get_job(a.job_id)
+                stats = (grad or {}).get(a.job_id)
                 self.store.update_job(a.job_id, batch_size=a.allocation.batch_size)
-                self.store.add_event(a.job_id, "reconfigure", {"batch_size": a.allocation.batch_size})
+                self.store.add_event(a.job_id, "reconfigure", {
+                    "batch_size": a.allocation.batch_size, "previous": a.previous.batch_size,
+                    "generation": None if row is None else row["generation"],
+                    "grad_stats": None if stats is None else list(stats), "source": "hints" if stats else "model"})
                 continue
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE) and a.launch is None:
                 planned = self.plan(a)

@@ -75,12 +75,15 @@ class LiveJobs:
 
     def hinted(self, h: JobHints, t: float, row: Mapping[str, Any]) -> None:
         """Measured progress from a job's hints replaces the models' estimate; the measured throughput goes to
-        `JobView.observed_throughput`."""
+        `JobView.observed_throughput`, the measured gradient statistics to `JobView.grad_stats`."""
         st = self.states.get(h.job_id)
         if st is None:
             return
         if h.throughput:
             st.observed[h.world_size] = float(h.throughput)
+            st.view = None
+        if h.grad_sqr is not None and h.grad_var is not None:  # the job's own gradient statistics (Pollux)
+            st.grad_stats = (float(h.grad_sqr), float(h.grad_var))
             st.view = None
         if st.app is not None:
             st.advance(max(st.updated, t))

@@ -62,7 +62,7 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           grace_s: float = 15.0, max_retries: int = 2, seed: int = 0, profiles: str | None = None,
           python: str = sys.executable, max_follows: int = 32,
           follow_idle_s: float = 300.0, backend: str = "local",
-          ray_address: str | None = None) -> tuple[FastAPI, Service, str]:
+          ray_address: str | None = None, policy_interval: float | None = None) -> tuple[FastAPI, Service, str]:
     work = secure_workdir(Path(workdir).resolve())
     url = db or default_db(work)
     file = sqlite_path(url)
@@ -89,7 +89,10 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
     else:
         nodes = parse_cluster(cluster, default_gpu_type="cpu")
         runner = LocalBackend(work, python=python, grace_s=grace_s, nodes=nodes)
+    if policy_interval is not None and not (policy_interval > 0 and policy_interval < float("inf")):
+        raise ConfigError("--policy-interval", str(policy_interval), "must be a positive number of seconds")
     service = Service(store, nodes, runner, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
+                      policy_interval=policy_interval,
                       profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
     follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
     return create_app(service, tok, scripts_dir, follows=follows), service, tok

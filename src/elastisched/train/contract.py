@@ -32,6 +32,9 @@ STOP_NOTE = PREFIX + "STOP_NOTE"
 #: Set only by the profiler: run this many steps, record step times, exit.
 PROFILE_STEPS = PREFIX + "PROFILE_STEPS"
 PROFILE_OUT = PREFIX + "PROFILE_OUT"
+#: In the checkpoint dir, written by the service: {"batch_size": B} — the global batch the scheduler chose for
+#: the job's current GPUs; rank 0 reads it at a step boundary and all ranks switch together (no restart).
+BATCH_TARGET_FILE = "batch-target.json"
 
 #: torch.distributed's standard variables, written alongside ours so plain torch code works too.
 TORCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

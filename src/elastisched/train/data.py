@@ -92,6 +92,7 @@ class ElasticDataLoader:
         self.bounds = (self.base_batch, self.base_batch)
         self.local_bounds: tuple[int, int] | None = None
         self.history: list[tuple[int, int]] = []
+        self.scheduler_batch = 0  # the last batch the scheduler set in place (0: none; then its rule is off)
         self.micro: MicroInfo | None = None
         env = self.ctx.env
         self.weights = list(self.ctx.accum)  # IIDP relative speeds: initial accumulation per rank
@@ -109,6 +110,7 @@ class ElasticDataLoader:
                 self._saved = ck["loader"]
                 self.consumed = int(self._saved["consumed"])
                 self.history = [tuple(h) for h in self._saved.get("history", [])]  # type: ignore[misc]
+                self.scheduler_batch = int(self._saved.get("scheduler_batch") or 0)
                 self.ctx.noise.load_state_dict(self._saved["noise"])
 
     # ------------------------------------------------------------------ configuration
@@ -194,10 +196,14 @@ class ElasticDataLoader:
         while self.consumed < self.n:
             step_idx = perm[self.consumed:self.consumed + self.global_batch]
             parts = partition_step(step_idx, self.accum, self.local_batch)
+            measure = ctx.stats_interval > 0 and (ctx.step + 1) % ctx.stats_interval == 0
+            if measure and sum(map(len, parts)) == 1 and len(step_idx) > 1:
+                # one micro-batch in all (one worker, no accumulation): a statistics step takes it as two halves,
+                # the same gradient by the averaging rule, so Pollux's noise scale is measured for such jobs too
+                parts = [[q[0][:len(q[0]) // 2], q[0][len(q[0]) // 2:]] if q else [] for q in parts]
             mine = parts[ctx.rank]
             offset = sum(self.accum[:ctx.rank])
             n_step = len(step_idx)
-            measure = ctx.stats_interval > 0 and (ctx.step + 1) % ctx.stats_interval == 0
             if model is not None:
                 model.begin_step()
             for j, idx in enumerate(mine):
@@ -216,6 +222,8 @@ class ElasticDataLoader:
             if done:
                 ctx.epoch = epoch + 1
                 self.consumed = 0
+            if ctx.batch_target and ctx.batch_target != self.global_batch:
+                self._scheduler_set(ctx.batch_target, model.timing() if model is not None else None)
             if model is not None and model.fresh_stats is not None:
                 self._adapt(model.fresh_stats, model.timing())
             elif model is not None and measure:
@@ -236,7 +244,7 @@ class ElasticDataLoader:
         """Run the batch rule on fresh statistics (identical on every rank) and report to the hints file."""
         ctx = self.ctx
         old = self.global_batch
-        if self.rule is not None:
+        if self.rule is not None and not self.scheduler_batch:  # the scheduler's choice wins over the rule
             lo, hi = self.bounds
             target = self.rule.propose(old, ctx.noise, stats, timing, lo, hi, self.base_batch)
             if target != old:
@@ -258,7 +266,16 @@ class ElasticDataLoader:
             "wall": time.time(),
         })
 
-    def _report_progress(self, timing: StepTiming | None) -> None:
+    def _scheduler_set(self, target: int, timing: StepTiming | None) -> None:
+        """The scheduler chose another global batch for these GPUs (an in-place reconfigure, no restart):
+        applied at this step boundary on every rank alike, recorded in the history and reported at once."""
+        old = self.global_batch
+        self.scheduler_batch = target
+        self.configure(target)
+        self.history.append((self.ctx.step, self.global_batch))
+        self._report_progress(timing, previousBatchSize=old, source="scheduler")
+
+    def _report_progress(self, timing: StepTiming | None, **extra: Any) -> None:
         """A hint without gradient statistics (a step of one micro-batch has no two halves): step, batch and
         throughput still reach the service, which measures progress and speed from them."""
         self.ctx.write_hints({
@@ -267,10 +284,10 @@ class ElasticDataLoader:
             "step_time": None if timing is None else timing.step_time,
             "sync_time": None if timing is None else timing.sync_time,
             "throughput": None if timing is None or timing.step_time <= 0 else timing.global_batch / timing.step_time,
-            "wall": time.time(),
+            "wall": time.time(), **extra,
         })
 
     def state_dict(self) -> dict[str, Any]:
         return {"consumed": self.consumed, "global_batch": self.global_batch, "local_batch": self.local_batch,
                 "accum": self.accum, "base_batch": self.base_batch, "history": self.history,
-                "noise": self.ctx.noise.state_dict(), "seed": self.seed}
+                "noise": self.ctx.noise.state_dict(), "seed": self.seed, "scheduler_batch": self.scheduler_batch}

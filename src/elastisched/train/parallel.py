@@ -8,9 +8,10 @@ whole step over all ranks, before it is accumulated into .grad. After all micro-
 on the whole global batch, whatever the split into ranks and micro-batches (and also for the short last
 step of an epoch). With loss_reduction="sum" the hook multiplies by 1/N instead.
 
-The same all-reduce carries the stop flag (SIGTERM on any rank) and, every `stats_interval` steps, the
-even and odd halves of the micro-batches separately (2× the payload) for the JABAS similarity and the
-Pollux noise statistics. No other collective runs during training.
+The same all-reduce carries the stop flag (SIGTERM on any rank), the scheduler's batch target (rank 0 reads
+`batch-target.json`; the sum hands it to every rank, so all switch at the same step) and, every
+`stats_interval` steps, the even and odd halves of the micro-batches separately (2× the payload) for the
+JABAS similarity and the Pollux noise statistics. No other collective runs during training.
 """
 
 from __future__ import annotations
@@ -155,15 +156,16 @@ class ElasticDataParallel(nn.Module):
         ctx = self.ctx
         dev = ctx.device
         stop = 1.0 if ctx.stop_requested else 0.0
+        target = float(ctx.requested_batch())  # rank 0's read of the scheduler's batch; 0 elsewhere
         p = self.numel
         if micro.measure:
             halves = self._halves or [torch.zeros(p, dtype=self.dtype, device=dev)] * 2
             # Local timing rides along so that every rank sees the same mean and decides alike.
             st, sy, has = (*self._timing[:2], 1.0) if self._timing is not None else (0.0, 0.0, 0.0)
-            meta = torch.tensor([stop, *self._counts, st, sy, has], dtype=self.dtype, device=dev)
+            meta = torch.tensor([stop, *self._counts, st, sy, has, target], dtype=self.dtype, device=dev)
             buf = torch.cat([halves[0], halves[1], meta])
         else:
-            buf = torch.cat([self._flat(), torch.tensor([stop], dtype=self.dtype, device=dev)])
+            buf = torch.cat([self._flat(), torch.tensor([stop, target], dtype=self.dtype, device=dev)])
         t0 = time.perf_counter()
         ctx.all_reduce_(buf)
         sync_time = time.perf_counter() - t0
@@ -181,9 +183,11 @@ class ElasticDataParallel(nn.Module):
                 ctx.noise.update(stats)
             self.fresh_stats = stats
             ctx.stop_agreed = bool(buf[2 * p] > 0)
+            ctx.batch_target = round(float(buf[2 * p + 6]))
         else:
             total = buf[:p]
             ctx.stop_agreed = bool(buf[p] > 0)
+            ctx.batch_target = round(float(buf[p + 1]))
         off = 0
         with torch.no_grad():
             for prm in self.params:

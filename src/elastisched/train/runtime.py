@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from elastisched.train._entry import hard_exit
 from elastisched.train.adaptive import NoiseEstimate
-from elastisched.train.contract import PROFILE_OUT, PROFILE_STEPS, STOP_NOTE, LaunchEnv
+from elastisched.train.contract import BATCH_TARGET_FILE, PROFILE_OUT, PROFILE_STEPS, STOP_NOTE, LaunchEnv
 
 if TYPE_CHECKING:
     from elastisched.train.data import ElasticDataLoader
@@ -118,6 +118,9 @@ class ElasticContext:
         self.model: ElasticDataParallel | None = None
         self.states: dict[str, Stateful] = {}
         self.noise = NoiseEstimate()
+        self.batch_target = 0  # global batch the scheduler asked for, agreed by all ranks (0 = none yet)
+        self._target_seen: tuple[int, int] | None = None  # (mtime_ns, size) of the target file last read
+        self._target = 0
         self.started_at = time.monotonic()
         self._ckpt: dict[str, Any] | None = None
         self._ckpt_loaded = False
@@ -252,6 +255,32 @@ class ElasticContext:
             self.exit()
         if self.checkpoint_interval and self.step % self.checkpoint_interval == 0:
             self.save_checkpoint()
+
+    # ------------------------------------------------------------------ scheduler's batch target
+    def requested_batch(self) -> int:
+        """Rank 0: the global batch in the service's `batch-target.json` for this generation (0 when none;
+        one stat a step, the file is parsed only when it changed). Other ranks return 0: the value reaches
+        them in the next all-reduce (`ElasticDataParallel.sync`), so every rank switches at the same step."""
+        if self.rank != 0 or self.checkpoint_dir is None:
+            return 0
+        path = self.checkpoint_dir / BATCH_TARGET_FILE
+        try:
+            st = path.stat()
+        except OSError:
+            return self._target
+        key = (st.st_mtime_ns, st.st_size)
+        if key != self._target_seen:
+            self._target_seen = key
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+                value = doc["batch_size"]
+                if doc.get("generation") != self.env.generation:
+                    self._target = 0  # written for an earlier generation: this one's batch came with its launch
+                elif isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 1 << 24:
+                    self._target = value  # exact in the float32 all-reduce buffer
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a file we cannot read keeps the last target
+        return self._target
 
     # ------------------------------------------------------------------ hints and profiling
     def write_hints(self, payload: dict[str, Any]) -> None:
