@@ -297,7 +297,7 @@ def triangulate(points: np.ndarray, cache: Path | None) -> Triangulation | None:
     return tri
 
 
-MAX_LOCATED = 200_000  # points kept per triangulation on disk
+MAX_LOCATED = 50_000  # points kept per triangulation on disk (loading them must stay cheaper than locating)
 
 
 def _read_located(path: Path) -> dict[tuple[float, ...], tuple[int, tuple[float, ...]]]:
