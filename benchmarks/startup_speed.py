@@ -3,7 +3,8 @@
   its imports): wall seconds, best of 5; target ≤ 0.5 s (CPU seconds recorded too: on a shared machine the
   wall time also counts other processes' turns);
 - one whole `elastisched sim run -p tiresias -w pollux:workload-6`: CPU seconds of the process (user + sys,
-  imports, profile loading, fits (cached on disk after the first run), simulation, files); target ≤ 1 s;
+  imports, profile loading, fits and triangulations (cached on disk after the first run), simulation,
+  files); target ≤ 1 s;
 - the same with the fit cache disabled (cold), for the ratio;
 - side by side, in the same run, the Pollux artifact's own Tiresias on workload-6 (petuum/adaptdl branch
   `osdi21-artifact`, `simulator/simulator.py --policy tiresias workloads/workload-6.csv`, one BLAS thread):
