@@ -186,10 +186,54 @@ def test_las_order_serves_the_least_attained_job_first(models: PerfModels) -> No
     for jid, t in (("a", 50.0), ("b", 60.0)):
         jobs[jid] = JobView(JobSpec(jid, t, "cifar10", 4, 512), JobPhase.PENDING, Allocation())
     ctx = PolicyContext(perf=models)
-    las = JabasPolicy().schedule(_snap(T4, jobs), ctx)
+    las = JabasPolicy(order="las").schedule(_snap(T4, jobs), ctx)
     assert set(las.allocations) == {"a", "b"}  # the job with 9000 GPU-s of service waits
     fifo = JabasPolicy(order="submit").schedule(_snap(T4, jobs), ctx)
     assert set(fifo.allocations) == {"old", "a"}
+
+
+def test_srpt_order_serves_the_shortest_predicted_remaining_first(models: PerfModels) -> None:
+    """Three pending 4-GPU cifar10 jobs on 4 GPUs (fair share 2): the two with the least work left get 2 each;
+    under "las" the one with no attained service but most work left would be served."""
+    jobs = {jid: JobView(JobSpec(jid, t, "cifar10", 4, 512), JobPhase.PENDING, Allocation(),
+                         progress=p, total_work=1000.0, attained_service=s)
+            for jid, t, p, s in (("long", 0.0, 0.0, 0.0), ("mid", 1.0, 500.0, 100.0), ("short", 2.0, 900.0, 50.0))}
+    ctx = PolicyContext(perf=models)
+    d = JabasPolicy().schedule(_snap(T4, jobs), ctx)
+    assert set(d.allocations) == {"mid", "short"} and d.reasons == {"long": PendingReason.RESOURCES}
+    las = JabasPolicy(order="las").schedule(_snap(T4, jobs), ctx)
+    assert set(las.allocations) == {"long", "short"}
+    with pytest.raises(ValueError, match="order"):
+        JabasPolicy(order="sjf")
+
+
+def test_share_factor_lets_the_first_job_take_more_than_the_even_share(models: PerfModels) -> None:
+    """Three pending 4-GPU cifar10 jobs on 4 GPUs: even share 2 each for two; with f = 2 the share is
+    ⌈2 × 4 / 3⌉ = 3, so the shortest job may take 3 and the next the last GPU."""
+    jobs = {jid: JobView(JobSpec(jid, t, "cifar10", 4, 512), JobPhase.PENDING, Allocation(),
+                         progress=p, total_work=1000.0)
+            for jid, t, p in (("a", 0.0, 900.0), ("b", 1.0, 500.0), ("c", 2.0, 0.0))}
+    ctx = PolicyContext(perf=models)
+    even = JabasPolicy().schedule(_snap(T4, jobs), ctx)
+    assert {j: a.gpus for j, a in even.allocations.items()} == {"a": 2, "b": 2}
+    wide = JabasPolicy(share_factor=2.0).schedule(_snap(T4, jobs), ctx)
+    assert wide.allocations["a"].gpus == 3 and wide.allocations["b"].gpus == 1 and "c" not in wide.allocations
+    with pytest.raises(ValueError, match="share_factor"):
+        JabasPolicy(share_factor=0.5)
+
+
+def test_scale_to_cap_grows_a_job_past_its_request(models: PerfModels) -> None:
+    """A lone 1-GPU imagenet job (batch 400) on 4 idle GPUs: capped at its request by default; the
+    `jabas_scaled` preset lets auto-scaling take more where the epoch-time estimate says they pay."""
+    from elastisched.policies.base import make_policy
+    job = {"j": JobView(JobSpec("j", 0.0, "imagenet", 1, 400), JobPhase.PENDING, Allocation())}
+    ctx = PolicyContext(perf=models)
+    assert JabasPolicy().schedule(_snap(T4, job), ctx).allocations["j"].gpus == 1
+    d = make_policy("jabas_scaled").schedule(_snap(T4, job), ctx)
+    assert d.allocations["j"].gpus > 1
+    check(d.allocations, _snap(T4, job), elastic=True)
+    with pytest.raises(ValueError, match="scale_to"):
+        JabasPolicy(scale_to="all")
 
 
 def test_grow_idle_replans_a_small_job_mid_epoch(models: PerfModels) -> None:

@@ -211,3 +211,35 @@ def test_running_inelastic_job_is_displaced_only_by_a_much_shorter_one(models: o
     assert set(d.allocations) == {runs}
     other = "long" if runs == "short" else "short"
     assert d.reasons[other] == (PendingReason.PREEMPTED if other == "long" else PendingReason.RESOURCES)
+
+
+def test_scale_all_reads_unmarked_jobs_as_elastic_from_one_gpu() -> None:
+    # One 4-GPU server; two unmarked 4-GPU jobs (min = max = 4). Paper reading ("off"): the shorter one runs
+    # on all 4, the other waits. "request": both start at base 1 and the knapsack hands out the 2 free GPUs,
+    # never past a job's request (linear model: every extra pays).
+    s = snap(nodes(1, 0), view(spec("A", 4, 100.0)), view(spec("B", 4, 1000.0)))
+    d = LyraPolicy().schedule(s, CTX)
+    assert gpus(d, "A") == {"t0": 4} and "B" not in d.allocations
+    d2 = LyraPolicy(scale_all="request").schedule(s, CTX)
+    a, b = sum(gpus(d2, "A").values()), sum(gpus(d2, "B").values())
+    assert a >= 1 and b >= 1 and a + b == 4 and a <= 4 and b <= 4
+    assert a == 3  # "rate" value: the shorter job's completion rate gains most from the extras
+    with pytest.raises(ValueError, match="scale_all='all'"):
+        LyraPolicy(scale_all="all")
+
+
+def test_scale_all_cap_grows_past_the_request_and_worker_batch_scales(models: object) -> None:
+    # An unmarked 1-GPU cifar10 job (batch 128) alone on a 4-GPU server. "request" keeps it at 1 GPU;
+    # "cap" may grow it to the profile cap where the model says extras pay, and with batch="worker" its
+    # global batch is 128 per GPU; with "fixed" the allocation keeps the job's own batch.
+    ctx = PolicyContext(perf=models, rng=np.random.default_rng(0))  # type: ignore[arg-type]
+    j = JobView(JobSpec("J", 0.0, "cifar10", 1, 128), JobPhase.PENDING, Allocation(), progress=0.0,
+                total_work=1e6)
+    s = snap(nodes(1, 0), j)
+    assert gpus(LyraPolicy(scale_all="request", batch="worker").schedule(s, ctx), "J") == {"t0": 1}
+    d = make_policy("lyra_scaled").schedule(s, ctx)
+    n = sum(gpus(d, "J").values())
+    assert n > 1
+    assert d.allocations["J"].batch_size == 128 * n
+    d2 = LyraPolicy(scale_all="cap", batch="fixed").schedule(s, ctx)
+    assert d2.allocations["J"].batch_size is None

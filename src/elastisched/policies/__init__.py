@@ -1,7 +1,20 @@
 """Scheduling policies, one file each, registered by name (see `base.register`)."""
 
-from elastisched.policies import fifo, gavel, jabas, lyra, ones, optimus, pollux, sia, srtf, tiresias
+from elastisched.policies import (
+    fifo,
+    gavel,
+    jabas,
+    jabas_scaled,
+    lyra,
+    lyra_scaled,
+    ones,
+    optimus,
+    pollux,
+    sia,
+    srtf,
+    tiresias,
+)
 from elastisched.policies.base import Policy, PolicyContext, make_policy, register, registered
 
-__all__ = ["Policy", "PolicyContext", "fifo", "gavel", "jabas", "lyra", "make_policy", "ones", "optimus",
-           "pollux", "register", "registered", "sia", "srtf", "tiresias"]
+__all__ = ["Policy", "PolicyContext", "fifo", "gavel", "jabas", "jabas_scaled", "lyra", "lyra_scaled",
+           "make_policy", "ones", "optimus", "pollux", "register", "registered", "sia", "srtf", "tiresias"]

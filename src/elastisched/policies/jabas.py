@@ -3,11 +3,20 @@ epoch-level auto-scaling, for several jobs sharing a heterogeneous cluster (``do
 
 The paper scales **one** job over the servers it owns (digest §2(c)).  Cluster-level reading (ours):
 
-* **Order** (``order``; ours, issue 13).  ``"las"`` (default): jobs being (re-)planned are served least
-  attained service first (Tiresias's order), so a long job re-planned at its epoch end yields to new short
-  ones; ``"submit"``: submission order (before: on the Pollux workloads long jobs kept the cluster).
+* **Order** (``order``; ours, issue 13; the paper has one job).  ``"srpt"`` (default): jobs being (re-)planned
+  are served shortest predicted remaining time first — remaining work over the application model's goodput at
+  the request, packed, on the job's first profiled type in the cluster, at its own batch (Lyra's SJF
+  estimate), so a long job re-planned at its epoch end yields to shorter ones; ``"las"``: least attained
+  service first (Tiresias's order); ``"submit"``: submission order (on the Pollux workloads long jobs then keep
+  the cluster).  On the Pollux workloads srpt beats las in mean JCT and restarts (docs/seeds.md).
   ``grow_idle`` (default on; ours): a running job below ``min(request, fair share)`` is re-planned whenever GPUs
   are idle, not only at its epoch end (long epochs left GPUs idle while jobs ran small).
+* **Cap** (``scale_to``; ours, issue 13).  ``"request"`` (default) caps a job the workload does not mark
+  elastic at its request; ``"cap"`` at the larger application profile cap (``max_batch_size //
+  min_local_bsz``), as Pollux lets every job grow (preset ``jabas_scaled``).  ``grow_idle`` still grows toward
+  the request only.  ``share_factor`` f (ours, default 1): the fair share below is ``⌈f × total / active⌉``, so
+  jobs early in ``order`` may take up to f even shares (preset ``jabas_scaled``: f = 2).  Tried and dropped
+  (docs/seeds.md): a max-min fair share, and no share with SRPT preemption.
 * **Offer.**  Jobs are served in that order.  A job is *offered* the GPUs that no earlier job keeps,
   capped at its fair share ``⌈total GPUs / active jobs⌉`` (and at ``spec.min_gpus..gpu_cap`` for elastic
   jobs); GPU types are those its application is profiled on and its spec allows.
@@ -37,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, NodeView, PendingReason
-from elastisched.models.application import Application
+from elastisched.models.application import Application, packed_shape
 from elastisched.models.iidp_config import IIDPConfig
 from elastisched.models.iidp_pollux import PolluxIIDP
 from elastisched.models.iidp_profiles import ServerSpec
@@ -82,7 +91,8 @@ class JabasPolicy(Policy):
 
     def __init__(self, objective: Objective = "time", similarity_target: float = 0.1, adjust_interval: int = 100,
                  max_candidates: int = 256, move_horizon: int = 1, adaptive: bool = True,
-                 autoscale: bool = True, grow_idle: bool = True, order: str = "las") -> None:
+                 autoscale: bool = True, grow_idle: bool = True, order: str = "srpt",
+                 scale_to: str = "request", share_factor: float = 1.0) -> None:
         if objective not in ("time", "cost"):
             raise ValueError(f"objective must be 'time' or 'cost', got {objective!r}")
         self.objective: Objective = objective
@@ -93,9 +103,15 @@ class JabasPolicy(Policy):
         self.adaptive = adaptive
         self.autoscale = autoscale
         self.grow_idle = grow_idle
-        if order not in ("submit", "las"):
-            raise ValueError(f"order must be 'submit' or 'las', got {order!r}")
+        if order not in ("submit", "las", "srpt"):
+            raise ValueError(f"order must be 'submit', 'las' or 'srpt', got {order!r}")
         self.order = order
+        if scale_to not in ("request", "cap"):
+            raise ValueError(f"scale_to must be 'request' or 'cap', got {scale_to!r}")
+        self.scale_to = scale_to
+        if not share_factor >= 1.0:
+            raise ValueError(f"share_factor must be >= 1, got {share_factor!r}")
+        self.share_factor = share_factor
         self._jobs: dict[str, dict[str, int]] = {}  # job -> {"gbs", "epoch", "step"} at its epoch's start
         self._sched: dict[str, Schedule] = {}  # job -> this epoch's GBS schedule (derived, not state)
         self._perf: dict[int, tuple[Application, PolluxIIDP, PolluxGradTrace, int]] = {}
@@ -162,7 +178,8 @@ class JabasPolicy(Policy):
         apps = {jid: _application(job, ctx) for jid, job in snap.jobs.items()}
         replan: dict[str, bool] = {}
         total = sum(n.num_gpus for n in snap.nodes)
-        share = math.ceil(total / max(len(snap.jobs), 1))
+        his = {jid: self._hi(job.spec, apps[jid]) for jid, job in snap.jobs.items()}
+        share = math.ceil(self.share_factor * total / max(len(snap.jobs), 1))
         idle = total - sum(j.allocation.gpus for j in snap.jobs.values())
         for jid, job in snap.jobs.items():
             st = self._jobs.get(jid)
@@ -179,8 +196,12 @@ class JabasPolicy(Policy):
             replan = dict.fromkeys(snap.jobs, True)
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
-        order = snap.jobs.items() if self.order == "submit" else sorted(
-            snap.jobs.items(), key=lambda x: (x[1].attained_service, x[1].spec.submit_time, x[0]))
+        order = list(snap.jobs.items())
+        if self.order == "las":
+            order.sort(key=lambda x: (x[1].attained_service, x[1].spec.submit_time, x[0]))
+        elif self.order == "srpt":
+            per = {n.gpu_type: n.num_gpus for n in snap.nodes}
+            order.sort(key=lambda x: (_remaining(x[1], apps[x[0]], per), x[1].spec.submit_time, x[0]))
         for jid, job in order:
             app = apps[jid]
             if app is None:
@@ -189,7 +210,7 @@ class JabasPolicy(Policy):
             if not replan[jid]:
                 allocs[jid] = self.reconfigure(job, app, ntype) or job.allocation
                 continue
-            alloc = self.plan(job, app, snap.nodes, dict(cap), ntype, share)
+            alloc = self.plan(job, app, snap.nodes, dict(cap), ntype, min(share, his[jid]))
             if alloc is None:
                 reasons[jid] = PendingReason.RESOURCES
                 continue
@@ -200,6 +221,16 @@ class JabasPolicy(Policy):
                 cap[n] -= g
             allocs[jid] = alloc
         return Decision(allocs, reasons)
+
+    def _hi(self, spec: JobSpec, app: Application | None) -> int:
+        """Most GPUs auto-scaling may give: the elastic cap, else the request (``scale_to="cap"``: the
+        profile cap when larger)."""
+        if spec.elastic:
+            return spec.gpu_cap
+        hi = max(spec.num_gpus, spec.gpu_cap)
+        if self.scale_to == "cap" and app is not None:
+            hi = max(hi, app.max_batch_size // app.min_local_bsz)
+        return hi
 
     def reconfigure(self, job: JobView, app: Application, ntype: Mapping[str, str]) -> Allocation | None:
         """In-epoch GBS change on the same GPUs (in place in the release); None = keep the allocation."""
@@ -225,7 +256,7 @@ class JabasPolicy(Policy):
         self._jobs[spec.job_id]["target"] = gbs
         upper = self.batch_config(app).upper_bound
         lo = spec.min_gpus if spec.elastic else 1
-        hi = min(_hi(spec), max(share, lo))
+        hi = max(share, lo)
         types = [t for t in app.gpu_types if not spec.gpu_types or t in spec.gpu_types]
         free_t = {t: sum(v for n, v in avail.items() if ntype[n] == t and v > 0) for t in types}
         types = [t for t in types if free_t.get(t, 0) > 0]
@@ -250,9 +281,14 @@ class JabasPolicy(Policy):
         return None if best is None else best[2]
 
 
-def _hi(spec: JobSpec) -> int:
-    """Most GPUs auto-scaling may give: the elastic cap, else the larger of request and cap."""
-    return spec.gpu_cap if spec.elastic else max(spec.num_gpus, spec.gpu_cap)
+def _remaining(job: JobView, app: Application | None, per_node: Mapping[str, int]) -> float:
+    """Predicted seconds left at the request, packed, on the first profiled type present (``order="srpt"``)."""
+    t = next((t for t in app.gpu_types if t in per_node), None) if app is not None else None
+    if app is None or t is None:
+        return math.inf
+    n, bs = job.spec.num_gpus, job.spec.batch_size
+    rate = app.goodput(t, packed_shape(n, per_node[t]), app.batch_config(n, bs), min(job.epoch, app.max_epochs - 1))
+    return max(job.total_work - job.progress, 0.0) / max(rate, 1e-12)
 
 
 def _pack(counts: Mapping[str, int], avail: Mapping[str, int], ntype: Mapping[str, str],

@@ -59,7 +59,15 @@ Readings (written down as the design asks):
   `"jct"` values this is `v(k) −= penalty`, with `"rate"` it enters as `1/T_eff`). Newly started
   jobs and jobs a reclaim already scaled in pay no penalty (they restart anyway).
 - A job runs on one GPU type; a running job stays on its type. `elastic_scaling=False` treats every job as
-  inelastic (the "loaning only" ablation). A job the workload does not mark elastic is inelastic.
+  inelastic (the "loaning only" ablation). A job the workload does not mark elastic is inelastic, unless
+  `scale_all` (ours, issue 13; default "off" = the paper's reading): `"request"`: elastic from 1 GPU (base)
+  to its request; `"cap"`: to the profile cap above. Why: Pollux scales every job of its workloads, which
+  our loader marks inelastic (min = max), so the knapsack never ran there. Extras go only where the predicted
+  rate gain pays (rescale penalty included). An admin-pinned job is unmarked too: keep it off in a service.
+- Global batch of a scaled job (`batch`; the paper scales "workers", no batch rule). `"fixed"` (default): the
+  job's own global batch at every size. `"worker"` (ours): a worker keeps the request's local batch,
+  `batch × n / request` on n GPUs (≤ the profile's largest batch), so a job at 1 GPU does not run its whole
+  request batch by accumulation; the efficiency model prices larger batches. Predictions and allocations agree.
 - `compare_reclaim=True` also evaluates every reclaim method on each reclaim instance (logged in
   `reclaim_log` as `preempted_<method>`; MILP only up to `milp_max_servers` loaned servers) without
   changing the decision; `check_mckp=True` logs the phase-2 greedy and exact values of every round.
@@ -78,7 +86,7 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, NodeId, PendingReason, Pool
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, NodeId, PendingReason, Pool
 from elastisched.loaning.placement import Want, place
 from elastisched.loaning.reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
 from elastisched.models.application import Application, packed_shape
@@ -90,6 +98,8 @@ INF = math.inf
 DEFAULT_DURATION = 3600.0  # linear fallback model: a job with no duration is taken to run an hour
 FALLBACK_RESTART_COST = 30.0  # linear fallback model: restart cost of a job without a model (seconds)
 VALUES = ("jct", "rate")
+BATCH_RULES = ("fixed", "worker")  # global batch of a scaled job (docstring)
+SCALE_ALL = ("off", "request", "cap")  # how jobs the workload does not mark elastic scale (docstring)
 RATE_SCALE = 3600.0  # "rate" values are RATE_SCALE² × Δ(1/T): a fixed scale that keeps them near seconds
 
 
@@ -115,13 +125,18 @@ class LyraPolicy(Policy):
     def __init__(self, reclaim: str = "greedy", elastic_scaling: bool = True, solver: str = "auto",
                  exact_budget: int = 4_000_000, rescale_penalty: float = 1.0, check_mckp: bool = False,
                  periodic: bool = False, compare_reclaim: bool = False, milp_max_servers: int = 64,
-                 value: str = "rate", colocate: bool = True, preempt: float = 2.0) -> None:
+                 value: str = "rate", colocate: bool = True, preempt: float = 2.0,
+                 scale_all: str = "off", batch: str = "fixed") -> None:
         if reclaim not in METHODS:
             raise ValueError(f"reclaim={reclaim!r}: known {', '.join(METHODS)}")
         if solver not in ("auto", "dp", "greedy"):
             raise ValueError(f"solver={solver!r}: known auto, dp, greedy")
         if value not in VALUES:
             raise ValueError(f"value={value!r}: known {', '.join(VALUES)}")
+        for opt, val, known in (("scale_all", scale_all, SCALE_ALL), ("batch", batch, BATCH_RULES)):
+            if val not in known:
+                raise ValueError(f"{opt}={val!r}: known {', '.join(known)}")
+        self.scale_all, self.batch = scale_all, batch
         self.value = value
         self.preempt = preempt
         self.colocate = colocate
@@ -147,10 +162,10 @@ class LyraPolicy(Policy):
         The shape is where the placement will put them: with `local` > 0 (a running job whose main server can
         hold `local` of its GPUs) the first GPUs up to `local` on that server and the rest packed on others;
         otherwise (`local` 0) the extras on nodes of their own, `packed(base) + packed(k)`.
-        Cached per (model, type, batch, epoch, node size, base, local).
+        Cached per (model, type, batch, request, epoch, node size, base, local).
         """
         spec = job.spec
-        key = (id(app), t, spec.batch_size, job.epoch, per_node, base, local)
+        key = (id(app), t, spec.batch_size, spec.num_gpus, job.epoch, per_node, base, local)
         r = self._gp.get(key)
         if r is None or len(r) <= k_max:
             e = min(job.epoch, app.max_epochs - 1)
@@ -163,7 +178,7 @@ class LyraPolicy(Policy):
                 first = min(base + k, local)
                 return (first, *packed_shape(base + k - first, per_node))
 
-            new = [app.goodput(t, shape(k), app.batch_config(base + k, spec.batch_size), e)
+            new = [app.goodput(t, shape(k), app.batch_config(base + k, self._gbs(spec, app, base + k)), e)
                    for k in range(have, max(k_max + 1, 2 * have))]
             r = np.maximum(np.array(new), 1e-12) if r is None else np.concatenate([r, np.maximum(new, 1e-12)])
             if len(self._gp) > 50_000:
@@ -207,11 +222,11 @@ class LyraPolicy(Policy):
             surv = tuple((n, g) for n, g in cur if n not in gone)
             disturbed = len(surv) != len(cur)
             spec = job.spec
-            elastic = self.elastic_scaling and spec.elastic
+            elastic = self._elastic(spec)
             if surv:
                 t = node_type[surv[0][0]]
                 g = sum(x for _, x in surv)
-                base = min(spec.min_gpus, g) if elastic else g
+                base = min(self._lo(spec), g) if elastic else g
                 model = job_model(job, ctx) if self.preempt > 0 and not disturbed and not elastic else None
                 if model is not None and t in model.gpu_types:  # displaceable only where it is predicted
                     sjf = float(self._times(ctx, job, t, base, 0, per_node[t])[0]) / self.preempt
@@ -221,7 +236,7 @@ class LyraPolicy(Policy):
                 admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), surv, disturbed))
                 continue
             types = self._types(ctx, job, free)
-            base = spec.min_gpus if elastic else spec.num_gpus
+            base = self._lo(spec) if elastic else spec.num_gpus
             if not types or not can_ever_fit(capacity, tuple(types), base):
                 reasons[jid] = PendingReason.INFEASIBLE
                 continue
@@ -231,8 +246,8 @@ class LyraPolicy(Policy):
         pending.sort(key=lambda x: (x[0], x[1], x[2]))
         for _, _, jid, job, types, surv in pending:
             spec = job.spec
-            elastic = self.elastic_scaling and spec.elastic
-            base = sum(g for _, g in surv) if surv else spec.min_gpus if elastic else spec.num_gpus
+            elastic = self._elastic(spec)
+            base = sum(g for _, g in surv) if surv else self._lo(spec) if elastic else spec.num_gpus
             fit = [t for t in types if free[t] >= base]
             if not fit:
                 reasons[jid] = PendingReason.PREEMPTED if surv else PendingReason.RESOURCES
@@ -249,7 +264,10 @@ class LyraPolicy(Policy):
         for j in admitted:
             p = placed.get(j.view.job_id)
             if p:
-                allocs[j.view.job_id] = Allocation(p, 0, None, j.view.allocation.batch_size)
+                app = job_model(j.view, ctx) if self.batch == "worker" else None
+                bs = (self._gbs(j.view.spec, app, sum(g for _, g in p)) if app is not None
+                      else j.view.allocation.batch_size)
+                allocs[j.view.job_id] = Allocation(p, 0, None, bs)
             else:
                 reasons[j.view.job_id] = PendingReason.PLACEMENT
         return Decision(allocs, reasons, tuple(choice.servers) if choice else (),
@@ -275,16 +293,32 @@ class LyraPolicy(Policy):
         return {jid: own + max(size[h] - used.get(h, 0), 0) // share[h]
                 for jid, (h, own) in main.items() if h in size}
 
+    def _gbs(self, spec: JobSpec, app: Application, n: int) -> int:
+        """Global batch on n GPUs (`batch`, module docstring)."""
+        top, bs = max(app.max_batch_size, spec.batch_size), spec.batch_size
+        return bs if self.batch == "fixed" else max(1, min(round(bs * n / spec.num_gpus), top))
+
+    def _elastic(self, spec: JobSpec) -> bool:
+        return self.elastic_scaling and (spec.elastic or self.scale_all != "off")
+
+    @staticmethod
+    def _lo(spec: JobSpec) -> int:
+        """Base (phase-1) GPUs of an elastic job: its minimum, 1 for a job scaled by `scale_all`."""
+        return spec.min_gpus if spec.elastic else 1
+
     def _cap(self, ctx: PolicyContext, job: JobView, elastic: bool, base: int, t: str) -> int:
         """Most GPUs phase 2 may give (no growth on a type the job's profile does not cover)."""
         if not elastic:
             return base
-        cap = job.spec.gpu_cap
+        spec = job.spec
+        cap = spec.gpu_cap if spec.elastic or self.scale_all == "request" else 1 << 30
         app = job_model(job, ctx)
         if app is not None:
             if t not in app.gpu_types:
                 return base
             cap = min(cap, max(1, job.spec.batch_size // app.min_local_bsz))
+        elif cap == 1 << 30:
+            cap = spec.num_gpus
         return max(base, cap)
 
     @staticmethod
@@ -362,3 +396,4 @@ class LyraPolicy(Policy):
 
     def state_dict(self) -> dict[str, Any]:
         return {}
+
