@@ -10,11 +10,11 @@ measured range (the artifact asserts) we use the Pollux performance model fitted
     T_step    = (T_compute^γ + T_net^γ)^(1/γ)                                   (Pollux OSDI'21 §3.2)
 
 fitted by least squares on log times (`fit_pollux`). Results are memoised per (placement, local batch):
-simulations ask the same few shapes millions of times. A fit and a triangulation depend only on the
-profile's numbers, so both are cached on disk by their digest (`cached_fit`, `triangulation.triangulate`):
+simulations ask the same few shapes millions of times. A fit and an interpolated answer depend only on the
+profile's numbers, so both are cached on disk by their digest (`cached_fit`, `interp_cache.interpolator`):
 a warm start imports neither scipy nor pandas (the per-shape means are computed here as pandas' group-by
 mean computes them, Kahan-compensated, so the points and their digests are the same as before). Fitting
-and triangulating run with one BLAS thread: on a busy machine multi-threaded BLAS in these small problems
+and interpolating run with one BLAS thread: on a busy machine multi-threaded BLAS in these small problems
 is orders of magnitude slower and gives the same numbers.
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from elastisched.models.interp_cache import CachedInterpolator, interpolator
 from elastisched.models.profiles import ThroughputProfile
-from elastisched.models.triangulation import Triangulation, triangulate
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +168,10 @@ class ProfileInterpolator:
         self._varying = varying
         self._fixed = pts[0, ~varying].tolist()
         self._vals = vals
-        self._rows: list[list[float]] = vals.tolist()
-        self._nd: Triangulation | None = None
+        self._nd: CachedInterpolator | None = None
         self._x1: np.ndarray | None = None
         if varying.sum() >= 2:
-            self._nd = triangulate(pts[:, varying], cache_dir())
+            self._nd = interpolator(pts[:, varying], vals, cache_dir())
         elif varying.sum() == 1:
             x = pts[:, varying][:, 0]
             order = np.argsort(x, kind="stable")
@@ -185,7 +184,7 @@ class ProfileInterpolator:
             return nan
         free = [v for v, var in zip(q, self._varying, strict=True) if var]
         if self._nd is not None:
-            out = self._nd(free, self._rows)
+            out = self._nd(free)
             return nan if out is None else np.array(out, dtype=float)
         if self._x1 is not None:
             x = free[0]
