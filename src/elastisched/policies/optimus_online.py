@@ -25,7 +25,6 @@ import heapq
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.policies._common import can_ever_fit, fits, node_types
@@ -36,6 +35,8 @@ EPS_CONVERGED = 0.05  # fraction of the reducible loss left at convergence (read
 
 def fit_loss(k: np.ndarray, loss: np.ndarray) -> tuple[float, float, float] | None:
     """(β0, β1, β2) of l(k) = 1/(β0·k + β1) + β2 by a β2 grid and NNLS per β2; None if it cannot be fitted."""
+    from scipy.optimize import nnls  # here: scipy costs ~0.3 s to import
+
     if k.size < 3 or not np.all(np.isfinite(loss)) or loss.min() <= 0:
         return None
     a = np.stack([k, np.ones_like(k)], axis=1)
@@ -58,6 +59,8 @@ def epochs_to_converge(b0: float, b1: float) -> float:
 
 def fit_speed(n: np.ndarray, step: np.ndarray, batch: float) -> np.ndarray:
     """θ of T(n) = θ0·B/n + θ1 + θ2·(n − 1) by NNLS on observed step times; fewer terms with fewer counts."""
+    from scipy.optimize import nnls
+
     cols = [batch / n, np.ones_like(n), n - 1.0][: min(3, n.size)]
     theta, _ = nnls(np.stack(cols, axis=1), step)
     return np.concatenate([theta, np.zeros(3 - theta.size)])
