@@ -39,7 +39,7 @@ run: $(RUN_STAMP)
 ## make test: lint + the whole test suite
 test: venv
 	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/python -m pytest tests -m "not node_loss"
+	$(BIN)/python -m pytest tests
 
 bench: venv
 	$(BIN)/python benchmarks/sim_speed.py --out results/bench

@@ -19,6 +19,7 @@ from elastisched.models.progress_predictor import history_table
 from elastisched.policies._ones_ops import defer as _defer
 from elastisched.policies.base import PolicyContext
 from elastisched.policies.ones import HISTORY_OPTION, OnesPolicy, job_batch
+from elastisched.policies.ones_predict import remaining
 
 E = -1
 HISTORY_PATH = peer_data.ONES_HISTORY
@@ -45,7 +46,7 @@ def _caps(pol: OnesPolicy, jobs: list[JobView], c: int, pool: list[float] | None
 
 
 def test_scale_up_doubles_only_at_max_size_and_caps_at_4x_request() -> None:
-    pol = OnesPolicy(bootstrap=False)
+    pol = OnesPolicy("faithful", bootstrap=False)
     jobs = [_job("a", 2, 1, 3.0), _job("b", 2, 1, 0.5)]  # a executed at max_size 1; b too young
     caps, _ = _caps(pol, jobs, 64)
     assert pol.js["a"]["max_size"] == 2 and caps.tolist() == [2, 1]
@@ -57,12 +58,12 @@ def test_scale_up_doubles_only_at_max_size_and_caps_at_4x_request() -> None:
 
 def test_scale_up_gate_intended_vs_artifact() -> None:
     jobs = [_job("a", 4, 1, 2.5)]
-    pol = OnesPolicy(bootstrap=False)
+    pol = OnesPolicy("faithful", bootstrap=False)
     pol._observe(jobs[0])
     pol.js["a"]["last_change"] = 1.5  # resized one epoch ago: the intended gate (2 epochs) holds it
     caps, _ = _caps(pol, jobs, 64)
     assert caps[0] == 1 and pol.js["a"]["max_size"] == 1
-    art = OnesPolicy(bootstrap=False, artifact_scale_gate=True)
+    art = OnesPolicy("faithful", bootstrap=False, artifact_scale_gate=True)
     art._observe(jobs[0])
     art.js["a"]["last_change"] = 1.5
     caps, _ = _caps(art, jobs, 64)
@@ -70,7 +71,7 @@ def test_scale_up_gate_intended_vs_artifact() -> None:
 
 
 def test_scale_down_of_giant_long_running_job() -> None:
-    pol = OnesPolicy(bootstrap=False)
+    pol = OnesPolicy("faithful", bootstrap=False)
     big = _job("big", 16, 40, 5.0, run_time=300.0)
     pol._observe(big)
     pol.js["big"]["max_size"] = 64
@@ -87,7 +88,7 @@ def test_scale_down_of_giant_long_running_job() -> None:
 
 
 def test_scale_in_halves_preempted_jobs_passed_over() -> None:
-    pol = OnesPolicy(bootstrap=False)
+    pol = OnesPolicy("faithful", bootstrap=False)
     nodes = (NodeView("n0", "t4", 4, index=0),)
     waiting = _job("w", 4, 0, 3.0, ran=True)
     newcomer = _job("x", 1, 0, 0.0)
@@ -114,7 +115,7 @@ def test_delta_throttle_defers_young_changes_and_collisions() -> None:
 
 
 def test_global_throttle_only_starts_jobs_on_idle_gpus() -> None:
-    pol = OnesPolicy(bootstrap=False, throttle="global")
+    pol = OnesPolicy("faithful", bootstrap=False, throttle="global")
     nodes = (NodeView("n0", "t4", 4), NodeView("n1", "t4", 4, index=1))
     a, b = _job("a", 2, 2, 3.0), _job("b", 2, 0, 0.0)
     snap = ClusterSnapshot(10.0, nodes, {"a": a, "b": b})
@@ -153,11 +154,11 @@ def _snap_conformance(seed: int) -> ClusterSnapshot:
 @pytest.mark.parametrize("seed", range(8))
 def test_conformance_bounds_types_and_state_round_trip(seed: int, models: object) -> None:
     snap = _snap_conformance(seed)
-    pol = OnesPolicy(history=HISTORY)
+    pol = OnesPolicy("faithful", history=HISTORY)
     state0 = copy.deepcopy(pol.state_dict())
     d1 = pol.schedule(snap, PolicyContext(perf=models, seed=0))  # type: ignore[arg-type]
     check(place(d1.allocations, snap), snap, pol.elastic)
-    pol2 = OnesPolicy(history=HISTORY)
+    pol2 = OnesPolicy("faithful", history=HISTORY)
     pol2.load_state_dict(state0)
     assert dict(pol2.schedule(snap, PolicyContext(perf=models, seed=0)).allocations) == dict(d1.allocations)  # type: ignore[arg-type]
 
@@ -199,12 +200,12 @@ def test_simulation_determinism_and_mid_run_state_round_trip(models: Any) -> Non
 
 def test_start_at_request_and_growth_to_cap() -> None:
     """Deviations D1/D2 (docs/ones.md): max_size starts at the request; growth jumps to the 4x cap."""
-    pol = OnesPolicy(bootstrap=False, start="request", growth="cap")
+    pol = OnesPolicy("faithful", bootstrap=False, start="request", growth="cap")
     jobs = [_job("a", 2, 2, 3.0), _job("b", 4, 0, 0.0)]
     caps, _ = _caps(pol, jobs, 64)
     assert pol.js["b"]["max_size"] == 4 and pol._start_size(jobs[1].spec) == 4
     assert pol.js["a"]["max_size"] == 8 and caps[0] == 8  # at its start size 2 with the gate open: 4x2
-    faithful = OnesPolicy(bootstrap=False)
+    faithful = OnesPolicy("faithful", bootstrap=False)
     caps, _ = _caps(faithful, [_job("a", 2, 1, 3.0)], 64)
     assert faithful.js["a"]["max_size"] == 2 and caps[0] == 2  # artifact: start at 1, double
     with pytest.raises(ValueError):
@@ -218,19 +219,25 @@ def test_remaining_uses_samples_done_when_asked() -> None:
     job = dataclasses.replace(_job("a", 2, 2, 3.0), samples_done=4500.0)
     rng = np.random.default_rng(0)
     for flag, y in ((False, 3000.0), (True, 4500.0)):
-        pol = OnesPolicy(bootstrap=False, samples=flag)  # no predictor: rho = 0.5, remaining = y
+        pol = OnesPolicy("faithful", bootstrap=False, samples=flag)  # no predictor: rho = 0.5, remaining = y
         sts = [pol._observe(job)]
-        assert pol._remaining([job], sts, np.array([True]), rng).tolist() == [pytest.approx(y)]
+        rem = remaining(sts, np.array([True]), pol.preds, pol.use_samples, pol.sample_rho, rng)
+        assert rem.tolist() == [pytest.approx(y)]
+    # a job without an epoch size (the Pollux traces) is measured in samples either way
+    bare = dataclasses.replace(job, spec=dataclasses.replace(job.spec, attrs={"epoch_work": 10.0}))
+    pol = OnesPolicy("faithful", bootstrap=False)
+    rem = remaining([pol._observe(bare)], np.array([True]), pol.preds, False, True, rng)
+    assert rem.tolist() == [pytest.approx(4500.0)]
 
 
 def test_start_within_one_node() -> None:
     """D1 "node": a new job starts at its request, but no larger than one node (known after a round)."""
-    pol = OnesPolicy(bootstrap=False, start="node")
+    pol = OnesPolicy("faithful", bootstrap=False, start="node")
     big, small = _job("a", 16, 0, 0.0), _job("b", 2, 0, 0.0)
     assert pol._start_size(big.spec) == 16  # node size not known yet
     pol._node_gpus = 4
     assert pol._start_size(big.spec) == 4 and pol._start_size(small.spec) == 2
-    assert OnesPolicy(bootstrap=False)._start_size(big.spec) == 1  # artifact
+    assert OnesPolicy("faithful", bootstrap=False)._start_size(big.spec) == 1  # artifact
 
 
 @needs_data
@@ -240,9 +247,9 @@ def test_start_node_admits_new_jobs_at_one_node_in_a_round(models: Any) -> None:
     nodes = (NodeView("n0", "t4", 4), NodeView("n1", "t4", 4, index=1))
     snap = ClusterSnapshot(0.0, nodes, jobs)
     ctx = PolicyContext(perf=models, rng=np.random.default_rng(0), seed=0)
-    dec = OnesPolicy(history=HISTORY, start="node").schedule(snap, ctx)
+    dec = OnesPolicy("faithful", history=HISTORY, start="node").schedule(snap, ctx)
     assert {k: a.gpus for k, a in dec.allocations.items()} == {"a": 4, "b": 2}
-    dec1 = OnesPolicy(history=HISTORY).schedule(snap, ctx)
+    dec1 = OnesPolicy("faithful", history=HISTORY).schedule(snap, ctx)
     assert {k: a.gpus for k, a in dec1.allocations.items()} == {"a": 1, "b": 1}
 
 
@@ -271,13 +278,14 @@ def test_deviations_are_deterministic_and_survive_a_state_round_trip(models: Any
     wl = _small_workload(models)
     nodes = parse_cluster("2x4:t4")
     tuned = _RoundTripTuned.opts
-    runs = [simulate(wl, OnesPolicy(history=HISTORY, **tuned), nodes, models, SimConfig(seed=3, resize_cost=8.0)).jobs
+    runs = [simulate(wl, OnesPolicy(history=HISTORY, **tuned), nodes, models,
+                     SimConfig(seed=3, resize_cost=8.0)).jobs
             for _ in range(2)]
     runs.append(simulate(wl, _RoundTripTuned(history=HISTORY), nodes, models,
                          SimConfig(seed=3, resize_cost=8.0)).jobs)
     assert len(runs[0]) == 8 and runs[0].equals(runs[1])
     assert runs[0][["job", "end", "restarts"]].equals(runs[2][["job", "end", "restarts"]])
-    faithful = simulate(wl, OnesPolicy(history=HISTORY, refit=False), nodes, models,
+    faithful = simulate(wl, OnesPolicy("faithful", history=HISTORY, refit=False), nodes, models,
                         SimConfig(seed=3, resize_cost=8.0)).jobs
     assert not faithful.equals(runs[0])  # the options do change the schedule
 
@@ -287,10 +295,10 @@ def test_history_is_data_not_a_path_and_can_be_required() -> None:
     from elastisched.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="history"):
-        OnesPolicy(history="job_history.csv")  # type: ignore[arg-type]
+        OnesPolicy("faithful", history="job_history.csv")  # type: ignore[arg-type]
     snap = ClusterSnapshot(0.0, (NodeView("n0", "t4", 4),), {"a": _job("a", 2, 0, 0.0)})
     with pytest.raises(ConfigError, match=HISTORY_OPTION):
-        OnesPolicy(require_history=True).schedule(snap, PolicyContext(seed=0))
+        OnesPolicy("faithful", require_history=True).schedule(snap, PolicyContext(seed=0))
 
 
 def test_history_arrives_through_the_context() -> None:
@@ -299,7 +307,7 @@ def test_history_arrives_through_the_context() -> None:
     x = np.column_stack([np.full(60, 7.0), np.full(60, 2.0), rng.integers(1, 20, 60), rng.random(60), rng.random(60)])
     table = (x, np.clip(x[:, 2] / 20.0, 0.05, 0.95))
     snap = ClusterSnapshot(0.0, (NodeView("n0", "t4", 4),), {"a": _job("a", 2, 0, 0.0)})
-    via_ctx, via_arg, none = OnesPolicy(), OnesPolicy(history=table), OnesPolicy()
+    via_ctx, via_arg, none = OnesPolicy("faithful"), OnesPolicy("faithful", history=table), OnesPolicy("faithful")
     via_ctx.schedule(snap, PolicyContext(seed=0, options={HISTORY_OPTION: table}))
     via_arg.schedule(snap, PolicyContext(seed=0))
     none.schedule(snap, PolicyContext(seed=0))
@@ -313,5 +321,5 @@ def test_pending_reasons_are_typed() -> None:
 
     jobs = {f"j{i}": _job(f"j{i}", 4, 0, 0.0) for i in range(3)}
     snap = ClusterSnapshot(0.0, (NodeView("n0", "t4", 4),), jobs)
-    dec = OnesPolicy(bootstrap=False, start="request").schedule(snap, PolicyContext(seed=0))
+    dec = OnesPolicy("faithful", bootstrap=False, start="request").schedule(snap, PolicyContext(seed=0))
     assert dec.reasons and all(r is PendingReason.NOT_SELECTED for r in dec.reasons.values())

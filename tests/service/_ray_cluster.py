@@ -38,26 +38,35 @@ def start_cluster(train: list[dict[str, float]] | None = None, loanable: dict[st
 
 
 def clean(address: str) -> str:
-    """Kill every detached actor and remove every placement group the backend left (between tests)."""
+    """Kill every detached actor and remove every placement group the backend left (between tests), until every
+    `gpu_*` unit is free again; fail the teardown when that does not happen within 60 s (a leak that would
+    otherwise starve the next test of its nodes and fail it far from the cause). Call it after the service
+    under test stopped: a live service relaunches what this kills."""
     code = (
-        "import ray\n"
+        "import ray, sys, time\n"
         "from ray.util.placement_group import placement_group_table, remove_placement_group, PlacementGroup\n"
         "from ray._raylet import PlacementGroupID\n"
         f"ray.init(address={address!r}, namespace='elastisched', log_to_driver=False, logging_level='ERROR')\n"
-        "n = 0\n"
-        "for a in ray.util.list_named_actors(all_namespaces=True):\n"
-        "    ray.kill(ray.get_actor(a['name'], namespace=a['namespace'])); n += 1\n"
-        "for pid, pg in placement_group_table().items():\n"
-        "    if pg['state'] != 'REMOVED':\n"
-        "        remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(pid))); n += 1\n"
-        "import time\n"
-        "deadline = time.monotonic() + 60\n"  # removal is asynchronous: wait until every gpu_* unit is free again
-        "while time.monotonic() < deadline:\n"
+        "n, deadline = 0, time.monotonic() + 60\n"
+        "while True:\n"  # removal is asynchronous: wait until every gpu_* unit is free again
+        "    for a in ray.util.list_named_actors(all_namespaces=True):\n"
+        "        try:\n"
+        "            ray.kill(ray.get_actor(a['name'], namespace=a['namespace'])); n += 1\n"
+        "        except ValueError:\n"  # gone since the listing
+        "            pass\n"
+        "    for pid, pg in placement_group_table().items():\n"
+        "        if pg['state'] != 'REMOVED':\n"
+        "            remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(pid))); n += 1\n"
         "    tot, av = ray.cluster_resources(), ray.available_resources()\n"
-        "    if all(av.get(k, 0) >= v for k, v in tot.items() if k.startswith('gpu_')):\n"
+        "    busy = {k: (av.get(k, 0), v) for k, v in tot.items() if k.startswith('gpu_') and av.get(k, 0) < v}\n"
+        "    if not busy:\n"
         "        break\n"
-        "    time.sleep(0.2)\n"
+        "    if time.monotonic() > deadline:\n"
+        "        sys.exit(f'gpu_* units still taken 60 s after cleaning (available, total): {busy}')\n"
+        "    time.sleep(0.5)\n"
         "print(n)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    return out.stdout.strip() or out.stderr[-2000:]
+    if out.returncode != 0:
+        raise AssertionError(f"cleaning the Ray cluster failed: {out.stderr[-2000:]}")
+    return out.stdout.strip()

@@ -74,16 +74,22 @@ def ray_cluster() -> Iterator[Any]:
 def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path: Path, policy: str, backend: str,
                                                   request: pytest.FixtureRequest) -> None:
     extra: tuple[str, ...] = ()
+    address = ""
+    if backend == "ray" and policy in MODELLED:  # not a pass: said so in the report of issue 12's branch
+        pytest.skip("the linreg profile is measured for gpu type `cpu` and the Ray test cluster's nodes are t4, "
+                    "v100 and k80: a modelled policy has no model for them and selects no job (NotSelected)")
     if backend == "ray":  # the nodes come from Ray (--cluster is not used); the loan names a loanable Ray node
-        from _ray_cluster import clean
-
         address = request.getfixturevalue("ray_cluster").address
-        request.addfinalizer(lambda: clean(address))
         extra = ("--backend", "ray", "--ray-address", address)
     modelled = policy in MODELLED
     if modelled:
         extra += ("--profiles", str(PROFILES))
-    svc = service_factory(cluster="1x3:cpu", policy=policy, scripts_dir=ROOT, extra=extra).start()
+    svc = service_factory(cluster="1x3:cpu", policy=policy, scripts_dir=ROOT, extra=extra)
+    if address:  # stop the service BEFORE cleaning the module's cluster: a live service would relaunch (retry)
+        from _ray_cluster import clean  # the generations `clean` kills, and its detached ones would outlive us
+
+        request.addfinalizer(lambda: (svc.stop(), clean(address)))
+    svc.start()
     elastic = policy in ("lyra", "pollux", "sia")
     # d and e are the ones that land on the loan (queue order): long enough to be running at the reclaim
     plan = [("a", "2", 40), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 30), ("e", "1", 30),
@@ -94,10 +100,15 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
                 ("e", "1", 150)]
     ids: dict[str, str] = {}
     epochs: dict[str, int] = {}
+    # Ray's cluster has 4 training slots (t4×2, v100, k80), not 3: once b and c finish, d, e and f fit on training
+    # nodes and none needs the loan (CI, loaded: "timed out waiting for a job training on the loan"). On Ray d, e
+    # and f ask for t4, the loan's type: a (resized to 1) and d fill the training t4 node, so e and f always
+    # wait for the loan however fast b and c are. (Not for the modelled plan: its profile decides the types.)
     for name, gpus, ep in plan:
         lo, hi = (int(x) for x in (gpus.split(":") * 2)[:2])
+        t4 = {"gpu_type": "t4"} if backend == "ray" and not modelled and name in "def" else {}
         r = svc.api("POST", "/v1/jobs", json={"script": EXAMPLE, "name": name, "gpus": lo, "min_gpus": lo,
-                                              "max_gpus": hi, "batch_size": BATCH, "duration_s": 60,
+                                              "max_gpus": hi, "batch_size": BATCH, "duration_s": 60, **t4,
                                               **({"application": "linreg"} if modelled else {}),
                                               "args": _args(ep, tmp_path / f"{name}.jsonl")})
         assert r.status_code == 201, r.text

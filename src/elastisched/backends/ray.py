@@ -15,8 +15,9 @@ Issue 12 part 1; DESIGN.md "Backends". The engine decides, the backend executes,
 - Resize / suspend / cancel: SIGTERM every affected worker at once → they checkpoint and exit 0 → after
   `grace_s` SIGKILL → kill the actors, remove the placement group; a resize then launches generation + 1.
 - Node loss: a generation with a worker on a node that left is not reported as ended; the `NodesChanged`
-  event names the node and the daemon suspends (and the engine replaces) the jobs placed on it, which
-  resume from their last checkpoint. A rank that fails on a live node fails its generation (bounded retries).
+  event names the node and the daemon suspends (and the engine replaces) the jobs placed on it, which resume
+  from their last checkpoint. A rank's actor gone while Ray still calls its node alive holds the generation
+  (peers' errors included) until that verdict, up to `node_loss_wait_s`; a rank failing on a live node fails it.
 - Service restart: `recover` finds each generation's placement group and actors by the launch token in
   their names: adopted when wanted and running, stopped when not, settled from the exit files when they
   ended while the service was down, `lost` (resumed from the checkpoint) when nothing is left.
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from elastisched.backends._ray_files import DIED, NodeLeft, exit_code, exit_files
 from elastisched.backends._ray_nodes import RayNode, parse_nodes, train_views
 from elastisched.backends.base import (
     BackendEvent,
@@ -48,7 +50,6 @@ from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, worker_envs
 
 log = logging.getLogger("elastisched.service")
 NAMESPACE = "elastisched"
-DIED = -9  # exit code reported for a worker whose actor is gone (killed, or its node lost)
 
 
 @dataclass
@@ -68,6 +69,8 @@ class _Group:
     ranks: list[_Rank]
     pg: Any
     dead_since: float | None = None  # when a dead actor was first seen on a node Ray still calls alive
+    gone: set[int] = field(default_factory=set)  # ranks whose actor is gone without writing an exit file
+    killed: float | None = None  # when its surviving ranks were SIGKILLed after a peer failed
     status: list[tuple[int | None, bool]] = field(default_factory=list)
     asked: float = 0.0  # when Ray was last asked whether the actors live
 
@@ -167,25 +170,25 @@ class RayBackend:
             if None in self._codes(g):
                 self._signal(g, "SIGKILL")
                 end = time.monotonic() + 5.0
-                while time.monotonic() < end and None in self._codes(g):
+                while None in self._codes(g) and time.monotonic() < end:
                     time.sleep(0.05)
-            self._release(g)
+            self._release(g.ranks, g.pg)
 
     def _signal(self, g: _Group, sig: str) -> None:
         refs = [r.actor.signal.remote(sig) for r in g.ranks]
         with contextlib.suppress(Exception):
             self.ray.wait(refs, num_returns=len(refs), timeout=10)
 
-    def _release(self, g: _Group) -> None:
+    def _release(self, ranks: Sequence[_Rank], pg: Any) -> None:
         """Kill the actors (their children die with them: PDEATHSIG) and remove the placement group."""
-        for r in g.ranks:
+        for r in ranks:
             with contextlib.suppress(Exception):
                 self.ray.kill(r.actor, no_restart=True)
-        if g.pg is not None:
+        if pg is not None:
             from ray.util.placement_group import remove_placement_group
 
             with contextlib.suppress(Exception):
-                remove_placement_group(g.pg)
+                remove_placement_group(pg)
 
     def _codes(self, g: _Group, ask: bool = True) -> list[int | None]:
         """Exit code per rank (None: running, or not answering yet; DIED: its actor is gone), and whether each
@@ -193,9 +196,9 @@ class RayBackend:
         Ray is asked (`ask`) only to learn whether the others' actors are still alive, which the poll does
         every `alive_every_s` rather than every tick (each question is an RPC to every actor). Never blocks
         long: an actor on a vanished node answers only once Ray declares the node dead."""
-        files = self._exit_files(g.job_id, g.generation, len(g.ranks))
+        files = exit_files(self.job_dir(g.job_id), g.generation, len(g.ranks))
         prev = g.status if len(g.status) == len(g.ranks) else [(None, False)] * len(g.ranks)
-        out = [(_code(f), len(f) > 1) if f is not None else p for f, p in zip(files, prev, strict=True)]
+        out = [(exit_code(f), len(f) > 1) if f is not None else p for f, p in zip(files, prev, strict=True)]
         if ask and any(c is None for c, _ in out):
             g.asked = time.monotonic()
             idx = [i for i, (c, _) in enumerate(out) if c is None]
@@ -210,18 +213,22 @@ class RayBackend:
                     out[i] = (code, signalled)
                 except Exception:  # RayActorError / ActorDiedError: the worker is gone
                     out[i] = (DIED, False)
+                    g.gone.add(i)
         g.status = out
         return [c for c, _ in out]
 
     def _launch(self, job_id: str, alloc: Allocation, spec: LaunchSpec) -> BackendEvent:
         """Placement group + actors for generation `spec.generation` (recorded by the daemon with its token).
-        What cannot start ends the generation as `launch_failed` with the reason (the job fails, not us)."""
-        from ray.util.placement_group import placement_group, remove_placement_group
+        What cannot start ends the generation as `launch_failed` with the reason (the job fails, not us); a
+        launch a node loss cut short ends as `lost` after the `NodesChanged` (the job requeues, not retried)."""
+        from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         gen, jd, pg, ranks = spec.generation, self.job_dir(job_id), None, []
+        names = [n for n, k in alloc.placement for _ in range(k)]
         try:
-            names = [n for n, k in alloc.placement for _ in range(k)]
+            if left := self._left(names, force=True):  # it left since the plan: that loss, not the job's failure
+                raise NodeLeft(f"node {', '.join(left)} left the Ray cluster")
             nodes = [self._node(n) for n in names]
             missing = sorted({n for n, rn in zip(names, nodes, strict=True) if rn is None})
             if missing:
@@ -230,7 +237,10 @@ class RayBackend:
             bundles = [{f"gpu_{n.gpu_type}": 1.0, **({"GPU": 1.0} if n.has_cuda else {})} for n in rnodes]
             pg = placement_group(bundles, strategy="PACK", name=f"es-{spec.token}", lifetime="detached",
                                  bundle_label_selector=[{"ray.io/node-id": n.ray_id} for n in rnodes])
-            ready, _ = self.ray.wait([pg.ready()], timeout=self.ready_timeout_s)
+            ready_ref, until = pg.ready(), time.monotonic() + self.ready_timeout_s
+            while not (ready := self.ray.wait([ready_ref], timeout=1.0)[0]) and time.monotonic() < until:
+                if left := self._left(names):  # a bundle's node died: it would wait forever
+                    raise NodeLeft(f"node {', '.join(left)} left the Ray cluster")
             if not ready:
                 raise RuntimeError(f"placement group not ready after {self.ready_timeout_s:g} s "
                                    f"(bundles {bundles} on {names})")
@@ -258,17 +268,24 @@ class RayBackend:
             for rank, (pid, ticks) in zip(ranks, self.ray.get(refs, timeout=self.ready_timeout_s), strict=True):
                 rank.pid, rank.ticks = int(pid), int(ticks)
         except Exception as e:  # Ray errors, timeouts, contract errors: this job's launch, not the service
-            for rank in ranks:
-                with contextlib.suppress(Exception):
-                    self.ray.kill(rank.actor, no_restart=True)
-            if pg is not None:
-                with contextlib.suppress(Exception):
-                    remove_placement_group(pg)
+            if isinstance(e, NodeLeft) or (isinstance(e, self.ray.exceptions.RayError) and self._left(names, True)):
+                self._release(ranks, pg)  # the NodesChanged queued first requeues the job: this end is moot
+                return GenerationEnded(time.time(), job_id, gen, "lost", reason=f"launch of generation {gen}: {e}")
+            self._release(ranks, pg)
             why = f"launch of generation {gen} failed: {type(e).__name__}: {e}"[:1000]
             return GenerationEnded(time.time(), job_id, gen, "launch_failed", reason=why)
         self.groups[job_id] = _Group(job_id, gen, alloc, spec.token, ranks, pg)
         return JobStarted(time.time(), job_id, gen, pids=tuple((r.pid, r.ticks) for r in ranks),
                           devices=tuple(None for _ in ranks), port=port)
+
+    def _left(self, names: Sequence[str], force: bool = False) -> list[str]:
+        """Which of `names` Ray reports gone since the last look (the `NodesChanged` saying so is queued first, so
+        the daemon requeues the job before it reads the generation's end as `lost`)."""
+        change = self._refresh_nodes(force=force)
+        if change is None:
+            return []
+        self._pending.append(change)
+        return sorted(set(names) & set(change.lost))
 
     # ------------------------------------------------------------------ events
     def poll(self) -> list[BackendEvent]:
@@ -286,31 +303,44 @@ class RayBackend:
             codes = self._codes(g, ask=time.monotonic() - g.asked >= self.alive_every_s)
             if all(c is None for c in codes):
                 continue
-            if DIED in codes and g.dead_since is None:
-                log.warning("job %s generation %d: a worker's actor died (codes %s)", g.job_id, g.generation, codes)
-                # An actor died: its node may be leaving (Ray notices within seconds). Look again first.
-                g.dead_since = time.monotonic()
-                change = self._refresh_nodes(force=True)
-                if change is not None:
-                    out.append(change)
-                    if set(change.lost) & {r.node for r in g.ranks}:
-                        continue
-            if DIED in codes and g.dead_since is not None and time.monotonic() - g.dead_since < self.node_loss_wait_s:
-                continue
-            if any(c not in (None, 0) for c in codes) and any(c is None for c in codes):
-                self._signal(g, "SIGKILL")  # a crashed rank leaves its peers blocked in a collective
+            if None in codes:  # some ranks ended: learn now whether the others' actors still live
                 codes = self._codes(g)
-            elif any(c is None for c in codes):
+            if g.gone and self._may_be_node_loss(g, out):
+                continue
+            if any(c not in (None, 0) for c in codes) and None in codes:
+                if g.killed is None:  # a crashed rank leaves its peers blocked in a collective
+                    self._signal(g, "SIGKILL")
+                    g.killed = time.monotonic()
+                codes = self._codes(g)
+                if g.gone and self._may_be_node_loss(g, out):
+                    continue
+                if None in codes and time.monotonic() - g.killed < self.node_loss_wait_s:
+                    continue  # an actor that has not answered yet: its exit file or its death will
+            elif None in codes:
                 continue  # rank 0 done first; wait for the others
             out.append(self._ended(g, codes))
         return out
+
+    def _may_be_node_loss(self, g: _Group, out: list[BackendEvent]) -> bool:
+        """An actor of `g` is gone without an exit file: its node may be leaving, and then its peers' failures
+        (a collective's connection reset) are that loss, not the job's. Hold the generation until Ray declares
+        the node dead (`NodesChanged`: the daemon suspends the job, which resumes from its checkpoint elsewhere)
+        or `node_loss_wait_s` passes (then it failed: a bounded retry)."""
+        if g.dead_since is None:
+            log.warning("job %s generation %d: the actors of ranks %s are gone (codes %s)", g.job_id,
+                        g.generation, sorted(g.gone), [c for c, _ in g.status])
+            g.dead_since = time.monotonic()
+            change = self._refresh_nodes(force=True)
+            if change is not None:
+                out.append(change)
+        return time.monotonic() - g.dead_since < self.node_loss_wait_s
 
     def _ended(self, g: _Group, codes: list[int | None]) -> GenerationEnded:
         """As the local backend: rank 0 exiting 0 unsignalled finished the job; all 0 after a signal nobody
         asked for is an interruption (resumed); anything else failed."""
         self.groups.pop(g.job_id, None)
         self._hints._hint_pos.pop(g.job_id, None)
-        self._release(g)
+        self._release(g.ranks, g.pg)
         t, ok = time.time(), all(c == 0 for c in codes)
         signalled = [s for _, s in g.status] or [False] * len(codes)
         if ok and any(signalled):
@@ -352,34 +382,17 @@ class RayBackend:
                 out.append(JobStarted(time.time(), jid, n, adopted=True, pids=tuple((r.pid, None) for r in ranks),
                                       devices=tuple(None for _ in ranks)))
                 continue
-            files = self._exit_files(jid, n, len(names))
+            files = exit_files(self.job_dir(jid), n, len(names))
             if names and all(f is not None for f in files) and rec.state != "STOPPING":
-                g.status = [(_code(f), len(f) > 1) for f in files if f is not None]
+                g.status = [(exit_code(f), len(f) > 1) for f in files if f is not None]
                 out.append(self._ended(g, [c for c, _ in g.status]))
                 continue
             self._stop_groups([g])  # partly started, or gone while we were down: resume from the checkpoint
             out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "gone while the service was down"))
         return out + self.poll()
 
-    def _exit_files(self, job_id: str, gen: int, world: int) -> list[list[str] | None]:
-        out: list[list[str] | None] = []
-        for r in range(world):
-            try:
-                out.append((self.job_dir(job_id) / "run" / f"g{gen}-r{r}.exit").read_text().split() or ["-9"])
-            except OSError:
-                out.append(None)
-        return out
-
     def close(self) -> None:
         """Disconnect; the detached actors and placement groups keep running (a restarted service adopts them)."""
         self.groups.clear()
         with contextlib.suppress(Exception):
             self.ray.shutdown()
-
-
-def _code(rec: list[str]) -> int:
-    """The exit file's code (`"0 SIGTERM"` → 0); a garbled file counts as a worker that died."""
-    try:
-        return int(rec[0])
-    except (ValueError, IndexError):
-        return DIED

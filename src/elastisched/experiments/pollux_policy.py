@@ -158,8 +158,9 @@ def summarise(config: PolluxPolicyConfig, refs: dict[str, dict[str, float]],
         if load == "1.0":
             verdicts.append(Verdict("1.0x load: worst per-workload error", worst,
                                     f"within ±{BARS['workload']:.0%}", abs(worst) <= BARS["workload"]))
-        figures[f"pollux_{load}.png"] = plots.bar(ours, f"pollux avg JCT, {load}x load (ours vs artifact)", "seconds",
-                                                  reference=refs[load])
+        figures[f"pollux_{load}.png"] = plots.bar(ours, f"pollux avg JCT, {load}x load (ours vs artifact)",
+                                                  "avg JCT (s)", reference=refs[load], xlabel="Pollux workload",
+                                                  reference_label="Pollux artifact")
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     return ExperimentResult(PolluxPolicyExperiment.name, PolluxPolicyExperiment.title, cfg, verdicts, tables,
                             figures, {"loads": loads, "runs": runs})

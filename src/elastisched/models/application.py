@@ -55,18 +55,18 @@ class Application:
     _models: dict[str, ThroughputModel] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        v = self.profile.validation
-        self.max_epochs = min(self.max_epochs, min(len(df) for df in v.values()))
+        v = self.profile.validation_columns  # numpy columns: no pandas on the simulator's path
+        self.max_epochs = min(self.max_epochs, min(len(c["progress"]) for c in v.values()))
         self.efficiency = EfficiencyModel(v, self.max_epochs)
         self.init_batch_size = min(v)
         self.max_batch_size = max(v)
-        prog = np.stack([df["progress"].to_numpy(float)[: self.max_epochs] for df in v.values()])
+        prog = np.stack([c["progress"][: self.max_epochs] for c in v.values()])
         self.epoch_end = np.concatenate([[0.0], prog.min(axis=0)])  # epoch_end[e] = progress after e epochs
-        its = np.stack([df["iteration"].to_numpy(float)[: self.max_epochs] for df in v.values()])
+        its = np.stack([c["iteration"][: self.max_epochs] for c in v.values()])
         self._iterations = its
-        any_tp = next(iter(self.profile.throughput.values())).placements
-        self.min_local_bsz = int(any_tp["local_bsz"].min())
-        self.max_local_bsz = self.max_local_bsz_override or int(any_tp["local_bsz"].max())
+        any_bsz = next(iter(self.profile.throughput.values())).placement_columns["local_bsz"]
+        self.min_local_bsz = int(any_bsz.min())
+        self.max_local_bsz = self.max_local_bsz_override or int(any_bsz.max())
 
     @property
     def name(self) -> str:
@@ -122,7 +122,7 @@ class Application:
     def iterations(self, batch_size: float, epoch: int) -> float:
         """Optimizer steps done after `epoch` epochs at this batch (artifact `get_iteration`)."""
         e = min(max(epoch, 0), self.max_epochs - 1)
-        batches = np.array(list(self.profile.validation), dtype=float)
+        batches = np.array(list(self.profile.validation_columns), dtype=float)
         return float(np.interp(batch_size, batches, self._iterations[:, e]))
 
     def epoch_at(self, progress: float, work_scale: float = 1.0) -> int:

@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
-from scipy.optimize import minimize, minimize_scalar
 
 from elastisched.models.jabas_autoscale import best_server_set, estimate_epoch_time
 
@@ -55,9 +53,13 @@ def _kernel(theta: np.ndarray, xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
 def _neg_lml(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     k = _kernel(theta, x, x) + _JITTER * np.eye(len(x))
     try:
+        from scipy.linalg import cho_factor
+
         cf = cho_factor(k, lower=True)
     except np.linalg.LinAlgError:
         return 1e25
+    from scipy.linalg import cho_solve
+
     alpha = cho_solve(cf, y)
     return float(0.5 * y @ alpha + np.log(np.diag(cf[0])).sum() + 0.5 * len(x) * np.log(2 * np.pi))
 
@@ -76,6 +78,8 @@ class GPFit:
         x = np.asarray(self.x, dtype=float)
         th = np.asarray(self.theta)
         k = _kernel(th, x, x) + _JITTER * np.eye(len(x))
+        from scipy.linalg import cho_factor, cho_solve
+
         alpha = cho_solve(cho_factor(k, lower=True), np.asarray(self.y_norm))
         ks = _kernel(th, np.asarray(x_pred, dtype=float), x)
         return ks @ alpha * self.y_std + self.y_mean
@@ -95,6 +99,8 @@ def fit_gp(x: Sequence[float], y: Sequence[float], *, n_restarts: int = 9, seed:
     starts = [_THETA0] + [rng.uniform(_BOUNDS[:, 0], _BOUNDS[:, 1]) for _ in range(n_restarts)]
     best_theta, best_val = _THETA0, _neg_lml(_THETA0, xa, yn)
     for t0 in starts:
+        from scipy.optimize import minimize
+
         res = minimize(_neg_lml, t0, args=(xa, yn), method="L-BFGS-B", bounds=_BOUNDS)
         if np.isfinite(res.fun) and res.fun < best_val:
             best_theta, best_val = res.x, float(res.fun)
@@ -137,6 +143,8 @@ def fit_ses(y: Sequence[float]) -> SESFit:
         denom = float(c @ c)
         l0 = float(c @ (ya - r) / denom) if denom > 0 else float(ya[0])
         return l0, float(((ya - r - c * l0) ** 2).sum())
+
+    from scipy.optimize import minimize_scalar
 
     res = minimize_scalar(lambda a: l0_and_sse(a)[1], bounds=(0.0, 1.0), method="bounded")
     alpha = float(res.x)

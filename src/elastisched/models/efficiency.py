@@ -15,16 +15,34 @@ they are clamped to the nearest profiled batch (the artifact asserts instead).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
-import pandas as pd
+
+
+def interp_rows(x: float, xp: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """`np.interp(x, xp, column)` for every column of `table` (rows = xp) at once, with numpy's arithmetic
+    (slope · (x − xp[j]) + fp[j]; the end values outside and at the last point), so bit-identical."""
+    if not x > xp[0]:
+        return table[0].copy() if x <= xp[0] else np.full(table.shape[1], np.nan)
+    if x >= xp[-1]:
+        return table[-1].copy()
+    j = int(np.searchsorted(xp, x, side="right")) - 1
+    slope = (table[j + 1] - table[j]) / (xp[j + 1] - xp[j])
+    out = slope * (x - xp[j]) + table[j]
+    bad = np.isnan(out)  # numpy's fallback from the right end of the segment (infinite slopes)
+    if bad.any():
+        out[bad] = (slope * (x - xp[j + 1]) + table[j + 1])[bad]
+    return out
 
 
 class EfficiencyModel:
-    def __init__(self, validation: dict[int, pd.DataFrame], max_epochs: int) -> None:
+    def __init__(self, validation: Mapping[int, Mapping[str, np.ndarray]], max_epochs: int) -> None:
+        """`validation`: global batch -> columns (`AppProfile.validation_columns`)."""
         self.batches = np.array(sorted(validation), dtype=float)
         n = max_epochs
-        self._sqr = np.stack([validation[b]["grad_sqr"].to_numpy(float)[:n] for b in sorted(validation)])
-        self._var = np.stack([validation[b]["grad_var"].to_numpy(float)[:n] for b in sorted(validation)])
+        self._sqr = np.stack([np.asarray(validation[b]["grad_sqr"], dtype=float)[:n] for b in sorted(validation)])
+        self._var = np.stack([np.asarray(validation[b]["grad_var"], dtype=float)[:n] for b in sorted(validation)])
         self.init_batch = int(self.batches[0])
         self._gains: dict[float, np.ndarray] = {}
 
@@ -40,8 +58,8 @@ class EfficiencyModel:
         """`gain(batch, e)` for every epoch e, vectorised (memoised per batch)."""
         g = self._gains.get(batch)
         if g is None:
-            sqr = np.array([np.interp(batch, self.batches, col) for col in self._sqr.T])
-            var = np.array([np.interp(batch, self.batches, col) for col in self._var.T])
+            sqr = interp_rows(batch, self.batches, self._sqr)
+            var = interp_rows(batch, self.batches, self._var)
             scale = batch / self.init_batch
             denom = var / scale + sqr
             g = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)

@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.optimize
 
 EPS = 1e-8
 NUM_BATCH_CANDIDATES = 50  # np.geomspace default, as in the artifact
@@ -185,6 +184,8 @@ def fit_perf_params(num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz:
     if not np.any(reps > 2):
         for i in (3, 5):
             x0[i] = upper[i] = lower[i]
+    import scipy.optimize  # here: `sim run` imports every policy module, few fit
+
     res = scipy.optimize.minimize(_objective, np.array(x0), args=(nodes, reps, bsz, ya, yo), jac=True,
                                   method="L-BFGS-B", bounds=list(zip(lower, upper, strict=True)))
     p = [float(v) for v in res.x]

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-from scipy.special import betaln, digamma
 
 HIDDEN = 64
 MAX_ROWS = 2000
@@ -41,6 +39,8 @@ def features(epoch_size: float, initial_loss: float, epochs_done: float, loss: f
 
 def history_table(path: str | Path) -> HistoryTable:
     """(features, ρ) rows from the artifact's `job_history.csv` (one row per evaluated epoch)."""
+    import pandas as pd  # here, not at module level: every policy module is imported by `elastisched sim run`
+
     h = pd.read_csv(path)
     need = ["epoch_size", "num_samples", "total_workload", "initial_loss", "loss", "acc"]
     missing = [c for c in need if c not in h.columns]
@@ -139,6 +139,8 @@ class BetaProgressPredictor:
         out = h @ p["w2"] + p["b2"]
         beta = np.maximum(out, 0.0) + 1.0
         a = np.maximum(alpha, RHO_EPS)
+        from scipy.special import digamma
+
         dout = (digamma(beta) - digamma(a + beta) - np.log1p(-rho)) / z.shape[0] * (out > 0)
         dh = np.outer(dout, p["w2"]) * (1 - h * h)
         return np.concatenate([(z.T @ dh).ravel(), dh.sum(axis=0), h.T @ dout, [dout.sum()]])
@@ -148,6 +150,8 @@ class BetaProgressPredictor:
         alpha = np.maximum(np.atleast_2d(x)[:, 2], RHO_EPS)
         beta = self.beta(x)
         r = np.clip(rho, RHO_EPS, 1 - RHO_EPS)
+        from scipy.special import betaln
+
         return float(np.mean(betaln(alpha, beta) - (alpha - 1) * np.log(r) - (beta - 1) * np.log1p(-r)))
 
     def beta(self, x: np.ndarray) -> np.ndarray:

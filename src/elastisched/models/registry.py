@@ -20,7 +20,7 @@ class PerfModels:
             # `restart_cost or 30.0` turned an explicit 0 into 30 s: only None means "the default"
             rc = restart_cost.get(name, 30.0) if isinstance(restart_cost, dict) else \
                 (30.0 if restart_cost is None else float(restart_cost))
-            max_ep = epochs.get(name, min(len(df) for df in prof.validation.values()))
+            max_ep = epochs.get(name, min(prof.epochs().values()))
             self.apps[name] = Application(prof, max_ep, rc, MAX_LOCAL_BSZ.get(name))
 
     @classmethod

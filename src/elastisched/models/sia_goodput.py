@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy.optimize import minimize
 
 from elastisched.models.profiles import ThroughputProfile
 from elastisched.models.throughput import PolluxParams
@@ -143,6 +142,8 @@ def fit_observed(points: tuple[tuple[int, int, float, float, float], ...]) -> Po
     if not np.any(reps > 2):
         x0[3], hi[3], x0[5], hi[5] = lo[3], lo[3], lo[5], lo[5]
     bounds = [(a, None if math.isinf(b) else b) for a, b in zip(lo, hi, strict=True)]
+    from scipy.optimize import minimize  # here: `sim run` imports every policy module, few fit
+
     res = minimize(_loss_grad, x0, args=(nodes, reps, bsz, log_compute, np.log(step)), jac=True,
                    method="L-BFGS-B", bounds=bounds, tol=1e-5)
     p = np.clip(res.x, lo, hi)

@@ -10,9 +10,11 @@ measured range (the artifact asserts) we use the Pollux performance model fitted
     T_step    = (T_compute^γ + T_net^γ)^(1/γ)                                   (Pollux OSDI'21 §3.2)
 
 fitted by least squares on log times (`fit_pollux`). Results are memoised per (placement, local batch):
-simulations ask the same few shapes millions of times. A fit depends only on the profile's numbers, so it
-is cached on disk by their digest (`cached_fit`): the L-BFGS fit is the largest part of a cold start.
-Building a model runs with one BLAS thread: on a busy machine multi-threaded BLAS in these small problems
+simulations ask the same few shapes millions of times. A fit and an interpolated answer depend only on the
+profile's numbers, so both are cached on disk by their digest (`cached_fit`, `interp_cache.interpolator`):
+a warm start imports neither scipy nor pandas (the per-shape means are computed here as pandas' group-by
+mean computes them, Kahan-compensated, so the points and their digests are the same as before). Fitting
+and interpolating run with one BLAS thread: on a busy machine multi-threaded BLAS in these small problems
 is orders of magnitude slower and gives the same numbers.
 """
 
@@ -26,11 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy.interpolate import LinearNDInterpolator
-from scipy.optimize import minimize
-from scipy.spatial import QhullError
-from threadpoolctl import threadpool_limits
 
+from elastisched.models.interp_cache import CachedInterpolator, interpolator
 from elastisched.models.profiles import ThroughputProfile
 
 
@@ -74,6 +73,9 @@ def _model_log_step(p: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.
 def fit_pollux(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, step: np.ndarray,
                sync: np.ndarray) -> PolluxParams:
     """Fit the Pollux step-time model: RMS log error on compute and step time, as in Pollux's goodput.py."""
+    from scipy.optimize import minimize
+    from threadpoolctl import threadpool_limits
+
     compute = np.maximum(step - sync, 1e-6)
 
     def loss(p: np.ndarray) -> float:
@@ -85,7 +87,8 @@ def fit_pollux(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, step: np.nd
 
     x0 = np.array([1e-1, 1e-2, 1e-1, 1e-2, 1e-1, 1e-2, 1.0 + 1e-3])
     bounds = [(1e-8, None)] * 6 + [(1.0, 10.0)]
-    res = minimize(loss, x0, method="L-BFGS-B", bounds=bounds)
+    with threadpool_limits(limits=1, user_api="blas"):
+        res = minimize(loss, x0, method="L-BFGS-B", bounds=bounds)
     return PolluxParams(*map(float, res.x))
 
 
@@ -125,6 +128,23 @@ def cached_fit(pts: np.ndarray, vals: np.ndarray) -> PolluxParams:
     return params
 
 
+def group_means(keys: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique key rows, per-group means of the values), computed as pandas' `groupby(keys).mean()`
+    does (Kahan-compensated sums in row order, then sum / count), so the numbers are bit-identical."""
+    groups: dict[tuple[float, ...], list[list[float]]] = {}  # key -> [sum, compensation, count] per value
+    for i, k in enumerate(zip(*(c.tolist() for c in keys), strict=True)):
+        acc = groups.setdefault(k, [[0.0, 0.0, 0] for _ in values])
+        for a, col in zip(acc, values, strict=True):
+            y = float(col[i]) - a[1]
+            t = a[0] + y
+            a[1] = t - a[0] - y
+            a[0] = t
+            a[2] += 1
+    order = sorted(groups)
+    return (np.array(order, dtype=float).reshape(len(order), len(keys)),
+            np.array([[a[0] / a[2] for a in groups[k]] for k in order], dtype=float).reshape(len(order), len(values)))
+
+
 def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
     """Drop empty nodes and rotate to the lexicographically smallest rotation (the artifact's key)."""
     p = tuple(x for x in placement if x)
@@ -146,29 +166,28 @@ class ProfileInterpolator:
     def __init__(self, pts: np.ndarray, vals: np.ndarray) -> None:
         varying = np.ptp(pts, axis=0) > 0
         self._varying = varying
-        self._fixed = pts[0, ~varying]
+        self._fixed = pts[0, ~varying].tolist()
         self._vals = vals
-        self._nd: LinearNDInterpolator | None = None
+        self._nd: CachedInterpolator | None = None
         self._x1: np.ndarray | None = None
         if varying.sum() >= 2:
-            try:
-                self._nd = LinearNDInterpolator(pts[:, varying], vals)
-            except QhullError:
-                self._nd = None
+            self._nd = interpolator(pts[:, varying], vals, cache_dir())
         elif varying.sum() == 1:
             x = pts[:, varying][:, 0]
             order = np.argsort(x, kind="stable")
             self._x1, self._vals = x[order], vals[order]
 
     def __call__(self, query: list[float]) -> np.ndarray:
-        q = np.asarray(query, dtype=float)
+        q = [float(v) for v in query]
         nan = np.full(self._vals.shape[1], np.nan)
-        if not np.array_equal(q[~self._varying], self._fixed):
+        if [v for v, var in zip(q, self._varying, strict=True) if not var] != self._fixed:
             return nan
+        free = [v for v, var in zip(q, self._varying, strict=True) if var]
         if self._nd is not None:
-            return np.asarray(self._nd(q[self._varying])[0], dtype=float)
+            out = self._nd(free)
+            return nan if out is None else np.array(out, dtype=float)
         if self._x1 is not None:
-            x = float(q[self._varying][0])
+            x = free[0]
             if not self._x1[0] <= x <= self._x1[-1]:
                 return nan
             return np.array([np.interp(x, self._x1, self._vals[:, j]) for j in range(self._vals.shape[1])])
@@ -179,26 +198,25 @@ class ThroughputModel:
     """(placement, local batch) → (step_time, sync_time) seconds for one app on one GPU type."""
 
     def __init__(self, profile: ThroughputProfile, max_nodes_interp: int = 16) -> None:
-        with threadpool_limits(limits=1, user_api="blas"):
-            self._build(profile, max_nodes_interp)
-        self.step_sync = lru_cache(maxsize=65536)(self._step_sync)
-
-    def _build(self, profile: ThroughputProfile, max_nodes_interp: int) -> None:
-        pl = profile.placements
+        pl, sc = profile.placement_columns, profile.scalability_columns
         self._by_placement: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for key, df in pl.groupby("placement"):
-            df = df.sort_values("local_bsz")
-            self._by_placement[str(key)] = (
-                df["local_bsz"].to_numpy(float), df[["step_time", "sync_time"]].to_numpy(float))
-        xs, ys = ["num_nodes", "num_replicas", "local_bsz"], ["step_time", "sync_time"]
-        means = pl.groupby(xs)[ys].mean().reset_index()
-        pts = np.vstack([means[xs].to_numpy(float), profile.scalability[xs].to_numpy(float)])
-        vals = np.vstack([means[ys].to_numpy(float), profile.scalability[ys].to_numpy(float)])
+        groups: dict[str, list[int]] = {}
+        for i, key in enumerate(pl["placement"]):
+            groups.setdefault(str(key), []).append(i)
+        for key in sorted(groups):  # pandas' groupby("placement").sort_values("local_bsz"), same order
+            rows = np.array(groups[key])
+            rows = rows[np.argsort(pl["local_bsz"][rows], kind="quicksort")]
+            self._by_placement[key] = (pl["local_bsz"][rows], np.c_[pl["step_time"][rows], pl["sync_time"][rows]])
+        xs, ys = ("num_nodes", "num_replicas", "local_bsz"), ("step_time", "sync_time")
+        keys, means = group_means([pl[c] for c in xs], [pl[c] for c in ys])
+        pts = np.vstack([keys, np.c_[tuple(sc[c] for c in xs)]])
+        vals = np.vstack([means, np.c_[tuple(sc[c] for c in ys)]])
         self._interp = ProfileInterpolator(pts, vals)
         self._max_nodes = max_nodes_interp
         self.min_local_bsz = int(pl["local_bsz"].min())
         self.max_local_bsz = int(pl["local_bsz"].max())
         self.params = cached_fit(pts, vals)
+        self.step_sync = lru_cache(maxsize=65536)(self._step_sync)
 
     def _step_sync(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
         p = canonical_placement(placement)

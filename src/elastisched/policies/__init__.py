@@ -9,6 +9,7 @@ from elastisched.policies import (
     lyra_scaled,
     ones,
     optimus,
+    optimus_online,
     pollux,
     sia,
     srtf,
@@ -17,4 +18,5 @@ from elastisched.policies import (
 from elastisched.policies.base import Policy, PolicyContext, make_policy, register, registered
 
 __all__ = ["Policy", "PolicyContext", "fifo", "gavel", "jabas", "jabas_scaled", "lyra", "lyra_scaled",
-           "make_policy", "ones", "optimus", "pollux", "register", "registered", "sia", "srtf", "tiresias"]
+           "make_policy", "ones", "optimus", "optimus_online", "pollux", "register", "registered", "sia", "srtf",
+           "tiresias"]

@@ -43,12 +43,16 @@ def _rank_in_row(pop: np.ndarray) -> np.ndarray:
     return rank.reshape(p, c)
 
 
-def trim_to_caps(pop: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """`refresh` (§2.8): keep a job's genes left→right while its count < cap; jobs with cap 0 vanish."""
+def trim_to_caps(pop: np.ndarray, caps: np.ndarray, keep_first: bool = False) -> np.ndarray:
+    """`refresh` (§2.8): keep a job's genes left→right while its count < cap; jobs with cap 0 vanish.
+
+    `keep_first`: the artifact's `_refresh` accepts a job's first gene before it checks the cap, so a job
+    whose cap is 0 (never started, or stopped but not waiting to resume) keeps one slot (artifact preset)."""
     pop = np.atleast_2d(pop)
     valid = pop >= 0
     cap_of = np.where(valid, caps[np.where(valid, pop, 0)], 0)
-    keep = valid & (_rank_in_row(pop) < cap_of)
+    rank = _rank_in_row(pop)
+    keep = valid & ((rank < cap_of) | ((rank == 0) & keep_first))
     return np.where(keep, pop, EMPTY)
 
 
@@ -113,7 +117,7 @@ def pad(n: np.ndarray, capacity: int, new_order: np.ndarray, exec_order: np.ndar
 
 
 def fitness(n: np.ndarray, remaining: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
-            mode: str = "gpu_time") -> np.ndarray:
+            mode: str = "gpu_time", xtab: np.ndarray | None = None) -> np.ndarray:
     """Score per row of (P, J) counts; lower is better. Jobs with rem ≤ 0 or non-finite (no prediction)
     contribute 0.
 
@@ -127,10 +131,13 @@ def fitness(n: np.ndarray, remaining: np.ndarray, pts_n: np.ndarray, pts_x: np.n
         return np.zeros(n.shape[0])
     cols = np.flatnonzero(known)
     nk = n[:, cols]
+
+    def x_of(q: np.ndarray) -> np.ndarray:  # `xtab`: x(n) precomputed for n = 0..C, (C + 1, J)
+        return xtab[q, cols[None, :]] if xtab is not None else interp_throughput(pts_n[cols], pts_x[cols], q)
+
     if mode == "time":
-        x = interp_throughput(pts_n[cols], pts_x[cols], np.maximum(nk, 1))
-        return (remaining[cols][None, :] / x).sum(axis=1)
-    x = interp_throughput(pts_n[cols], pts_x[cols], nk)
+        return (remaining[cols][None, :] / x_of(np.maximum(nk, 1))).sum(axis=1)
+    x = x_of(nk)
     return (nk * remaining[cols][None, :] / x).sum(axis=1)
 
 

@@ -33,8 +33,6 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-from scipy.optimize import linprog
-from scipy.sparse import csr_matrix, hstack, vstack
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobId, JobView, PendingReason
 from elastisched.models.application import Application, packed_shape
@@ -53,6 +51,9 @@ def step_rate(app: Application, gpu_type: str, gpus: int, per_node: int, batch: 
 def solve_allocation(tput: np.ndarray, scale: np.ndarray, capacity: np.ndarray, objective: Objective = "las",
                      center: bool = True) -> np.ndarray:
     """Time fractions x[j, t] (jobs × types) of Gavel's LP; `tput` 0 marks a type the job cannot use."""
+    from scipy.optimize import linprog  # here: scipy costs ~0.3 s to import
+    from scipy.sparse import csr_matrix, hstack, vstack
+
     m, n = tput.shape
     if m == 0:
         return np.zeros((0, n))
@@ -95,6 +96,8 @@ def _center(c: np.ndarray, a_ub: Any, b_ub: np.ndarray, bounds: list[tuple[float
             rel_tol: float = 1e-6) -> np.ndarray | None:
     """Analytic centre of the (slightly thickened) optimal face: the solution an interior-point solver such as
     ECOS converges to, which spreads time over all equally good allocations. None if it cannot be found."""
+    from scipy.optimize import linprog
+
     lo = np.array([b[0] for b in bounds], dtype=float)
     hi = np.array([np.inf if b[1] is None else b[1] for b in bounds], dtype=float)
     act = hi > lo

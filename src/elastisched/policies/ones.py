@@ -10,16 +10,10 @@ from the Beta-regression predictor on the job's per-epoch loss/accuracy log (`at
 indexed by epochs done = progress / `epoch_work`). `JobView.total_work` (the hidden convergence point) is
 never read while a job runs. Bug fixes and readings: docs/ones.md.
 
-Deviations from the artifact, each a flag whose default is the artifact's behaviour (docs/ones.md
-"Deviations"): D1 `start` = "one" (artifact: new jobs get 1 GPU, `max_size` 1) | "request" | "node" (the
-request within one node); D2 `growth` = "double" (artifact) | "cap" (jump to the 4× cap); D3 `samples`: y_j
-from `JobView.samples_done` instead of epochs × epoch size; D4 `fitness` = "gpu_time" (artifact, A1) |
-"time" (remaining time, a left-out job counted at one GPU).
-
-No I/O: the predictor's bootstrap data (the artifact's `job_history.csv` as a feature table,
-`models.progress_predictor.history_table`) is loaded by the caller and handed over as `history=` or as
-`ctx.options["ones_history"]`; without it the predictor learns from finished jobs only. `require_history=True`
-turns its absence into a `ConfigError`.
+Options and presets (`ones_presets`: "tuned" default, "faithful", "artifact"; docs/ones.md "Presets"): D1 `start`,
+D2 `growth`, D3 `samples`, D4 `fitness`, the artifact's rules and the restart-aware ones. No I/O: the predictor's
+bootstrap data (`models.ones_history.FoldedHistory`, split by run so no job is predicted by a model that saw
+it, or a plain `history_table`) arrives as `history=` or `ctx.options["ones_history"]`.
 """
 
 from __future__ import annotations
@@ -31,15 +25,20 @@ import numpy as np
 
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, PendingReason
+from elastisched.models.ones_history import FoldedHistory
 from elastisched.models.online_throughput import OnlineThroughput
 from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable, features
 from elastisched.policies import _ones_ops as ops
-from elastisched.policies._ones_ops import bootstrap_state, defer, job_batch
+from elastisched.policies import ones_deploy as dep
+from elastisched.policies import ones_predict as pred
+from elastisched.policies._ones_ops import job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
+from elastisched.policies.ones_limits import caps as limit_caps
+from elastisched.policies.ones_presets import DEFAULTS, PRESETS
 
 EMPTY = ops.EMPTY
 HISTORY_OPTION = "ones_history"  # context option carrying the predictor's bootstrap table (loaded by the caller)
-__all__ = ["EMPTY", "HISTORY_OPTION", "OnesPolicy", "job_batch"]
+__all__ = ["DEFAULTS", "EMPTY", "HISTORY_OPTION", "PRESETS", "OnesPolicy", "job_batch"]
 
 
 @register
@@ -50,12 +49,31 @@ class OnesPolicy(Policy):
     elastic = True
     needs_progress = True
 
-    def __init__(self, population: int = 16, xi: float = 0.5, theta: float = 0.3, delta_epochs: float = 1.0,
-                 scale_gate_epochs: float = 2.0, artifact_scale_gate: bool = False, scale_down_factor: float = 1.0,
-                 cap_factor: int = 4, sample_rho: bool = True, history: HistoryTable | None = None,
-                 interval: float = 5.0, refit: bool = True, throttle: str = "global", throughput_limit: bool = True,
-                 min_gain: float = 0.0, bootstrap: bool = True, start: str = "one", growth: str = "double",
-                 samples: bool = False, fitness: str = "gpu_time", require_history: bool = False) -> None:
+    def __init__(self, preset: str = "tuned", **options: Any) -> None:
+        if preset not in PRESETS:
+            raise ConfigError("preset", preset, f"unknown; known: {', '.join(PRESETS)}")
+        unknown = sorted(set(options) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError("ones option", unknown[0], f"unknown; known: {', '.join(sorted(DEFAULTS))}")
+        o = {**DEFAULTS, **PRESETS[preset], **options}
+        self.preset, self.options = preset, {k: v for k, v in o.items() if k != "history"}
+        population, xi, theta, delta_epochs = o["population"], o["xi"], o["theta"], o["delta_epochs"]
+        scale_gate_epochs, artifact_scale_gate = o["scale_gate_epochs"], o["artifact_scale_gate"]
+        scale_down_factor, cap_factor, sample_rho, history = (o["scale_down_factor"], o["cap_factor"],
+                                                              o["sample_rho"], o["history"])
+        interval, refit, throttle, throughput_limit = o["interval"], o["refit"], o["throttle"], o["throughput_limit"]
+        min_gain, bootstrap, start, growth = o["min_gain"], o["bootstrap"], o["start"], o["growth"]
+        samples, fitness, require_history = o["samples"], o["fitness"], o["require_history"]
+        if o["scale_in"] not in ("passed_over", "every"):
+            raise ConfigError("scale_in", o["scale_in"], "must be 'passed_over' or 'every'")
+        if o["delta_reset"] not in ("changed", "all"):
+            raise ConfigError("delta_reset", o["delta_reset"], "must be 'changed' or 'all'")
+        self.scale_in_mode, self.delta_reset = o["scale_in"], o["delta_reset"]
+        self.keep_first, self.once_per_epoch = bool(o["refresh_keep_first"]), bool(o["double_once_per_epoch"])
+        self.restart_aware = bool(o["restart_aware"])
+        self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
+        self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
+        self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
         if start not in ("one", "request", "node"):
@@ -71,13 +89,19 @@ class OnesPolicy(Policy):
         self.sd_factor, self.cap_factor, self.sample_rho = float(scale_down_factor), int(cap_factor), sample_rho
         self.interval = float(interval)  # type: ignore[misc]
         self.refit = refit
-        if history is not None and not (isinstance(history, tuple) and len(history) == 2):
+        if history is not None and not isinstance(history, FoldedHistory) and not (isinstance(history, tuple)
+                                                                              and len(history) == 2):
             raise ConfigError("history", type(history).__name__, "must be the (features, rho) table from "
                               "models.progress_predictor.history_table, loaded by the caller (policies do no I/O)")
         self.bootstrap, self.require_history = bool(bootstrap), bool(require_history)
-        self.history: HistoryTable | None = history if bootstrap else None
+        self.history: HistoryTable | FoldedHistory | None = history if bootstrap else None
         self.thr = OnlineThroughput()
+        self._tab: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None = None  # cached throughput tables
+        self._xtab = np.zeros((1, 0))
+        self._layouts: tuple[Any, list[str], dict[bytes, np.ndarray]] = (None, [], {})  # reorder memo
         self.pred = BetaProgressPredictor()
+        self.preds = [self.pred]  # one model per held-out fold of a `FoldedHistory` (no leakage), else one
+        self._folds: FoldedHistory | None = history if isinstance(history, FoldedHistory) else None
         self._rng: np.random.Generator | None = None
         self.ids: list[str] = []  # job order of the genome columns (active jobs of the last round)
         self._specs: list[JobSpec] = []  # specs in the same order (this round)
@@ -88,7 +112,6 @@ class OnesPolicy(Policy):
         self.finished_run_times: list[float] = []
         self.capacity = 0
 
-    # ------------------------------------------------------------------ hooks
     def _ensure(self, ctx: PolicyContext) -> np.random.Generator:
         if self._rng is None:
             self._rng = np.random.default_rng(ctx.seed)
@@ -98,23 +121,22 @@ class OnesPolicy(Policy):
             if table is None and self.require_history:
                 raise ConfigError(HISTORY_OPTION, None, "ONES must bootstrap its progress predictor but no history "
                                   "table was given (load job_history.csv with history_table, pass history=)")
-            if table is not None and self.bootstrap and not self.pred.params:
-                self.pred.load_state_dict(bootstrap_state(table, ctx.seed))
+            if isinstance(table, FoldedHistory):  # a job is predicted by the model that never saw its run
+                self._folds = table
+            if table is not None and self.bootstrap:
+                self.preds = pred.bootstrap(self.preds, table, ctx.seed)
+                self.pred = self.preds[0]
         return self._rng
 
     def on_finish(self, job_id: str, now: float) -> None:
         st = self.js.pop(job_id, None)
         self.thr.forget(job_id)
         self.slots.pop(job_id, None)
+        self._tab = None
         if st is None:
             return
         self.finished_run_times.append(st.get("run_time", 0.0))
-        if st["log"] and st.get("epoch_size"):
-            total = st["total_epochs"] * st["epoch_size"]
-            rows = np.array([r[0] for r in st["log"]])
-            self.pred.add_job(rows, np.array([r[1] for r in st["log"]]), total)
-            if self.refit:
-                self.pred.fit()
+        pred.learn(self.preds, st, self.refit)
 
     # ------------------------------------------------------------------ per-job bookkeeping
     def _start_size(self, spec: JobSpec) -> int:
@@ -133,15 +155,18 @@ class OnesPolicy(Policy):
         if st is None:
             st = self.js[jid] = {"max_size": self._start_size(job.spec), "resume": 0, "last_change": 0.0,
                                  "last_placed": 0.0, "ran": False,
-                                 "logged": 0, "log": [], "epoch_size": a.get("epoch_size")}
+                                 "logged": 0, "log": [], "epoch_size": a.get("epoch_size"),
+                                 "fold": self._folds.fold_of_job(a) if self._folds is not None else 0}
         ew = float(a.get("epoch_work", 0.0))
         e = job.progress / ew if ew > 0 else float(job.epoch)
         st["e"], st["run_time"], st["samples"] = e, job.run_time, job.samples_done
         st["total_epochs"] = job.total_work / ew if ew > 0 else max(e, 1.0)  # read at completion only
         k = int(e + 1e-9)
         if k > st["logged"]:
-            if job.gpus and job.gpus in job.observed_throughput:
+            # a reading only for an epoch the job ran whole at its current size (no reading before a real epoch)
+            if job.gpus and job.gpus in job.observed_throughput and st["last_change"] <= k - 1 + 1e-9:
                 self.thr.observe(jid, job.gpus, job.observed_throughput[job.gpus])
+                self._tab = None
             acc, loss = a.get("acc_curve"), a.get("loss_curve")
             il = float(a.get("initial_loss", 0.0))
             es = float(a.get("epoch_size") or 1.0)
@@ -150,48 +175,16 @@ class OnesPolicy(Policy):
                 lo = float(loss[min(kk, len(loss)) - 1]) if loss else il
                 st["log"].append((features(es, il, kk, lo, ac).tolist(), kk * es))
             st["logged"] = k
-        if job.gpus and not self.thr.points(jid)[0].size and job.gpus in job.observed_throughput:
-            self.thr.observe(jid, job.gpus, job.observed_throughput[job.gpus])
         if job.gpus:
             st["ran"] = True
         return st
 
     def _caps(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c: int,
               med_pool: list[float], tp_limit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """GA caps and max sizes after scale-up / scale-down / scale-in limits (ones.md §2.7)."""
-        j = len(jobs)
-        caps = np.zeros(j, dtype=np.int64)
-        maxs = np.zeros(j, dtype=np.int64)
-        for i, (job, st) in enumerate(zip(jobs, sts, strict=True)):
-            n = job.gpus
-            limit = min(c, self.cap_factor * job.spec.num_gpus)
-            if n and executed[i]:
-                gate = st["e"] >= 1.0 if self.artifact_gate else st["e"] - st["last_change"] >= self.scale_gate
-                if gate:
-                    if n >= st["max_size"] and (tp_limit is None or st["max_size"] < tp_limit[i]):
-                        grown = 2 * st["max_size"] if self.growth == "double" else max(2 * st["max_size"], limit)
-                        st["max_size"] = min(c, grown)
-                    caps[i] = min(st["max_size"], limit)
-                else:
-                    caps[i] = n
-            elif n:
-                caps[i] = n
-            elif executed[i]:
-                caps[i] = st["resume"] or st["max_size"]
-            maxs[i] = max(st["max_size"], caps[i])
-            if tp_limit is not None and executed[i]:
-                caps[i], maxs[i] = min(caps[i], tp_limit[i]), min(maxs[i], tp_limit[i])
-            if job.spec.elastic:  # a job the workload marks elastic stays within its bounds
-                caps[i], maxs[i] = min(caps[i], job.spec.gpu_cap), min(maxs[i], job.spec.gpu_cap)
-        run = [i for i in range(j) if jobs[i].gpus and executed[i]]
-        if run:
-            big = max(run, key=lambda i: (jobs[i].gpus, -i))
-            n, r = jobs[big].gpus, jobs[big].run_time
-            med = float(np.median(med_pool)) if med_pool else 0.0
-            if 2 * n >= c and med > 0 and r > med:
-                new = max(1, int(2 * n / (self.sd_factor * r / med + 1)))
-                caps[big] = min(caps[big], new + (new % 2))
-        return caps, maxs
+        """GA caps and max sizes (`ones_limits.caps`, ones.md §2.7)."""
+        return limit_caps(jobs, sts, executed, c, med_pool, tp_limit, cap_factor=self.cap_factor,
+                          artifact_gate=self.artifact_gate, scale_gate=self.scale_gate, growth=self.growth,
+                          sd_factor=self.sd_factor, once_per_epoch=self.once_per_epoch)
 
     # ------------------------------------------------------------------ layout helpers
     def _current(self, snap: ClusterSnapshot, index: dict[str, int], node_first: dict[str, int]) -> np.ndarray:
@@ -259,96 +252,91 @@ class OnesPolicy(Policy):
         self.ids = ids
         if not jobs:
             return Decision({})
+        sig = self._sig(ids, sts, [j.allocation.placement for j in jobs])
+        q = self._quiet
+        if self.quiet_s > 0 and q is not None and q["sig"] == sig and snap.now - q["t"] < self.quiet_s:
+            # quiet round (no arrival, completion, finished epoch or change since a settled deployment)
+            return Decision({j.job_id: j.allocation for j in jobs if j.gpus},
+                            {k: PendingReason(v) for k, v in q["reasons"].items()})
         e = np.array([st["e"] for st in sts])
         running = np.array([j.gpus > 0 for j in jobs])
         new = ~running & ((e < 1.0) | np.array([not st["ran"] for st in sts]))
         executed = ~new & (e >= 1.0)
         med_pool = [j.run_time for j in jobs if j.start_time is not None] + self.finished_run_times
-        pts_n, pts_x = self.thr.tables(ids)
+        if self._tab is None or self._tab[0] != ids or self._tab[3].shape[0] != c + 1:
+            # the throughput tables change only with a reading; x(n) for n = 0..C is looked up, not interpolated
+            pn, px = self.thr.tables(ids)
+            q = np.repeat(np.arange(c + 1.0)[:, None], len(ids), 1)
+            self._tab = (ids, pn, px, ops.interp_throughput(pn, px, q))
+        pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
-        rem = self._remaining(jobs, sts, executed, rng)
+        rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
         if self.pop is None:
             self.pop = np.repeat(cur[None, :], self.k, axis=0)
-        best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng)
-        return self._deploy(snap, jobs, sts, cur, best, e, executed)
+        best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
+        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor)
+                if self.restart_aware else None)
+        dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
+        after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
+        self._quiet = {"sig": self._sig(ids, sts, after), "t": snap.now,
+                       "reasons": {k: str(v) for k, v in dec.reasons.items()}}
+        return dec
 
-    def _remaining(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray,
-                   rng: np.random.Generator) -> np.ndarray:
-        """Predicted remaining samples y(1/ρ − 1) of executed jobs (ρ sampled, A2); NaN for the others."""
-        rem = np.full(len(jobs), np.nan)
-        idx = np.flatnonzero(executed)
-        if not idx.size:
-            return rem
-        x = np.array([sts[i]["log"][-1][0] if sts[i]["log"] else [0.0, 0.0, sts[i]["e"], 0.0, 0.0] for i in idx])
-        x[:, 2] = [sts[i]["e"] for i in idx]
-        if self.use_samples:  # D3: samples really processed (JobView.samples_done)
-            y = np.array([sts[i].get("samples", 0.0) or sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0)
-                          for i in idx])
-        else:
-            y = np.array([sts[i]["e"] * float(sts[i]["epoch_size"] or 1.0) for i in idx])
-        if self.pred.params:
-            rho = self.pred.sample(x, rng) if self.sample_rho else self.pred.mean(x)
-        else:
-            rho = np.full(idx.size, 0.5)  # no history: assume half done
-        rem[idx] = y * (1.0 / rho - 1.0)
-        return rem
+    def _sig(self, ids: list[str], sts: list[dict[str, Any]], placements: list[Any]) -> str:
+        """What a round's outcome depends on besides random draws: jobs, epochs done, placements, and whether
+        each job's δ clock and scale-up gate are open."""
+        return repr((ids, placements, [(int(st["e"] + 1e-9), st["e"] - st["last_placed"] >= self.delta,
+                                        st["e"] - st["last_change"] >= self.scale_gate) for st in sts]))
 
     def _generation(self, cur: np.ndarray, caps: np.ndarray, maxs: np.ndarray, new: np.ndarray,
                     executed: np.ndarray, rem: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
-                    rng: np.random.Generator) -> np.ndarray:
+                    rng: np.random.Generator, running: np.ndarray) -> np.ndarray:
         """One generation (ones.md §2.8); returns the best slot array and keeps the K survivors."""
         assert self.pop is not None
         c, j = cur.shape[0], caps.shape[0]
-        parents = ops.trim_to_caps(self.pop, caps)
+        parents = ops.trim_to_caps(self.pop, caps, self.keep_first)
         pairs = np.array([rng.choice(parents.shape[0], 2, replace=False) for _ in range(self.k // 2)])
         c1, c2 = ops.crossover(parents[pairs[:, 0]], parents[pairs[:, 1]], caps, rng, self.xi)
         mutants = ops.mutate(parents, executed, rng, self.theta)
         cand = np.concatenate([parents, c1, c2, mutants])
-        x1 = ops.interp_throughput(pts_n, pts_x, np.ones((1, j)))[0]
+        x1 = self._xtab[1]
         key = np.where(executed, np.nan_to_num(rem, nan=0.0) / x1, np.inf)
         exec_order = np.flatnonzero(executed)[np.argsort(key[executed], kind="stable")]
         start = None if self.start == "one" else np.array([min(self._start_size(self._specs[i]), c)
                                                             for i in range(j)], dtype=np.int64)
         counts = ops.pad(ops.counts(cand, j), c, np.flatnonzero(new), exec_order, caps,
                          np.where(executed, maxs, 0), start)
-        keep = ops.select(ops.fitness(counts, rem, pts_n, pts_x, self.fitness), self.k)
-        self.pop = np.stack([ops.reorder(counts[i], cur, self._node_of) for i in keep])
+        score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
+        if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
+            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, self.restart_cost,
+                                          self.resize_cost, self.fitness)
+        keep = ops.select(score, self.k)
+        # reorder depends only on the counts: lay out each distinct survivor once (survivors repeat often)
+        uniq, inv = np.unique(counts[keep], axis=0, return_inverse=True)
+        key = (cur.tobytes(), self._node_of.tobytes())
+        if self._layouts[0] != key or self._layouts[1] != self.ids:  # layouts are exact for one (cur, job order)
+            self._layouts = (key, self.ids, {})
+        memo = self._layouts[2]
+        laid = np.stack([memo[b] if (b := u.tobytes()) in memo else memo.setdefault(
+            b, ops.reorder(u, cur, self._node_of)) for u in uniq])
+        self.pop = laid[inv.reshape(-1)]
         return self.pop[0]
 
     def _deploy(self, snap: ClusterSnapshot, jobs: list[JobView], sts: list[dict[str, Any]], cur: np.ndarray,
-                best: np.ndarray, e: np.ndarray, executed: np.ndarray) -> Decision:
-        """Apply `best` (ones.md §2.9): immediate starts on idle GPUs always; the rest only when every job
-        whose placement changes has done ≥ δ epochs since its last (re)placement."""
+                best: np.ndarray, e: np.ndarray, executed: np.ndarray, held: np.ndarray | None = None) -> Decision:
+        """Apply `best` (ones.md §2.9, `ones_deploy.plan`): immediate starts on idle GPUs always; the rest only
+        when every job whose placement changes has done ≥ δ epochs since its last (re)placement."""
         j = len(jobs)
-        changed = np.zeros(j, dtype=bool)
-        diff = cur != best
-        for col in (cur[diff], best[diff]):
-            changed[col[col >= 0]] = True
         running = np.array([job.gpus > 0 for job in jobs])
-        blocked = changed & running & (e - np.array([st["last_placed"] for st in sts]) < self.delta)
-        full = not blocked.any()
-        if full:
-            out = best.copy()
-        elif self.throttle == "job":
-            out = defer(cur, best, blocked)
-        else:  # artifact: defer everything but immediate starts on idle GPUs
-            out = cur.copy()
-            for i in np.flatnonzero(~running):
-                tgt = best == i
-                if tgt.any() and (out[tgt] == EMPTY).all():
-                    out[tgt] = i
-        started = np.zeros(j, dtype=bool)
-        started[np.unique(out[(out >= 0) & (cur == EMPTY)])] = True
-        if (started & ~running).any():  # others (re)started while preempted jobs were passed over: scale in
-            for i in np.flatnonzero(~running & executed):
-                if not (out == i).any() and sts[i]["resume"]:
-                    sts[i]["resume"] = max(1, sts[i]["resume"] // 2)
-                    sts[i]["max_size"] = sts[i]["resume"]
-        changed[:] = False
-        diff = cur != out
-        for col in (cur[diff], out[diff]):
-            changed[col[col >= 0]] = True
+        since = e - np.array([st["last_placed"] for st in sts])
+        out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
+        for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
+            if sts[i]["resume"]:
+                sts[i]["resume"] = max(1, sts[i]["resume"] // 2)
+                sts[i]["max_size"] = sts[i]["resume"]
+        changed = dep.changed_jobs(cur, out, j)
+        reset_all = self.delta_reset == "all" and changed.any()  # artifact: a new schedule stamps every job
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
         self.slots = {}
@@ -363,6 +351,8 @@ class OnesPolicy(Policy):
             if job.gpus and not changed[i]:
                 self.slots[job.job_id] = sl.tolist()
                 allocs[job.job_id] = job.allocation
+                if reset_all:
+                    st["last_placed"] = st["e"]
                 continue
             if not self._allowed(job, sl):
                 reasons[job.job_id] = PendingReason.GPU_TYPE
@@ -380,7 +370,9 @@ class OnesPolicy(Policy):
                 "capacity": self.capacity, "slots": {k: list(v) for k, v in self.slots.items()},
                 "jobs": {k: dict(v) for k, v in self.js.items()}, "finished": list(self.finished_run_times),
                 "rng": None if self._rng is None else self._rng.bit_generator.state,
-                "thr": self.thr.state_dict(), "pred": self.pred.state_dict() if self.pred.params else None}
+                "thr": self.thr.state_dict(), "pred": self.pred.state_dict() if self.pred.params else None,
+                "preds": [p.state_dict() if p.params else None for p in self.preds],
+                "quiet": None if self._quiet is None else dict(self._quiet)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.ids = list(state["ids"])
@@ -396,5 +388,13 @@ class OnesPolicy(Policy):
             self._rng = np.random.default_rng()
             self._rng.bit_generator.state = state["rng"]
         self.thr.load_state_dict(state["thr"])
+        self._tab = None
+        self._quiet = None if state.get("quiet") is None else dict(state["quiet"])
         if state["pred"] is not None:
             self.pred.load_state_dict(state["pred"])
+        if len(state.get("preds", [])) > 1:
+            self.preds = [BetaProgressPredictor() for _ in state["preds"]]
+            for p, ps in zip(self.preds, state["preds"], strict=True):
+                if ps is not None:
+                    p.load_state_dict(ps)
+            self.pred = self.preds[0]

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from elastisched.report import html
 from elastisched.sim.metrics import DECOMPOSITION, SimResult
 
@@ -54,13 +52,15 @@ def write_atomic(path: Path, data: bytes | str) -> None:
 def write_run(out: Path, result: SimResult) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "summary.json", json.dumps(result.summary, indent=2, default=str))
-    write_atomic(out / "jobs.csv", result.jobs.to_csv(index=False))
-    write_atomic(out / "timeline.csv", result.timeline.to_csv(index=False))
+    write_atomic(out / "jobs.csv", result.job_rows.to_csv())  # as DataFrame.to_csv writes it, without pandas
+    write_atomic(out / "timeline.csv", result.timeline_rows.to_csv())
 
 
 def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping[str, Any],
                    extra_sections: list[tuple[str, str]] | None = None) -> dict[str, bytes | str]:
     """Files of a comparison, by name (nothing written yet)."""
+    import pandas as pd
+
     from elastisched.report import plots  # matplotlib: only when there is something to plot (not `sim run`)
 
     rows = [r.summary for r in results.values()]

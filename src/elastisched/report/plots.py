@@ -95,7 +95,7 @@ def bar(values: Mapping[str, float], title: str, ylabel: str, reference: Mapping
     ax.bar(x - (w / 2 if reference else 0), [values[n] for n in names], w, label="elastisched")
     if reference:
         ax.bar(x + w / 2, [reference.get(n, np.nan) for n in names], w, label=reference_label)
-        ax.legend()
+    ax.legend()  # also with one series: every plot names what it shows
     ax.set_xticks(x, names, rotation=30, ha="right")
     if xlabel:
         ax.set_xlabel(xlabel)

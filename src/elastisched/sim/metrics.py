@@ -18,63 +18,109 @@ allocation is priced as data parallel). Per policy (summary): GPU-hours running,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from elastisched import __version__
 from elastisched.core.types import PendingReason
 from elastisched.engine.jobstate import JobState
 from elastisched.models.application import Application
+from elastisched.sim.table import Rows, WorkLog
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from elastisched.sim.simulator import Simulator
 
 
 @dataclass
 class SimResult:
+    """`jobs` and `timeline` are DataFrames built on first use (pandas is not imported by a run that only
+    writes files: `job_rows.to_csv()`)."""
+
     summary: dict[str, Any]
-    jobs: pd.DataFrame
-    timeline: pd.DataFrame  # t, busy_gpus, total_gpus, loaned_servers
+    job_rows: Rows
+    timeline_rows: Rows  # t, busy_gpus, total_gpus, loaned_servers
     reclaims: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def jobs(self) -> pd.DataFrame:
+        return self.job_rows.frame
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        return self.timeline_rows.frame
 
 
 def _pct(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else float("nan")
 
 
+def _mean(x: np.ndarray) -> float:
+    """pandas' Series.mean, same arithmetic: NaN counted as 0 in the sum and left out of the count."""
+    n = int(np.count_nonzero(~np.isnan(x)))
+    return _nansum(x) / n if n else float("nan")
+
+
+def _nansum(x: np.ndarray) -> float:
+    return float(np.where(np.isnan(x), 0.0, x).sum())
+
+
 _BEST: dict[tuple[Any, ...], np.ndarray] = {}
 
 
-def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], own_batch: int) -> np.ndarray:
-    """Progress/s per epoch on `shape` GPUs of `gpu_type` at the best batch for each epoch (grid above)."""
-    key = (app.name, gpu_type, shape, own_batch)
+def _cached(key: tuple[Any, ...], make: Callable[[], np.ndarray]) -> np.ndarray:
     r = _BEST.get(key)
     if r is None:
-        g = sum(shape)
-        grid = [*np.geomspace(app.init_batch_size, app.max_batch_size, 12).astype(int).tolist(), own_batch]
-        for b in sorted(set(grid)):
-            cfg = app.batch_config(g, int(b))
-            rb = app.efficiency.gains(cfg.global_batch) / app.iteration_time(gpu_type, shape, cfg)
-            r = rb if r is None else _elementwise_max([r, rb])
-        assert r is not None
-        if len(_BEST) > 100_000:
+        if len(_BEST) > 200_000:
             _BEST.clear()
-        _BEST[key] = r
+        r = _BEST[key] = make()
     return r
+
+
+def _rate(app: Application, gpu_type: str, shape: tuple[int, ...], batch: int) -> np.ndarray:
+    """Progress/s per epoch on `shape` GPUs of `gpu_type` at global batch `batch`."""
+    cfg = app.batch_config(sum(shape), int(batch))
+    return app.efficiency.gains(cfg.global_batch) / app.iteration_time(gpu_type, shape, cfg)
+
+
+def _grid_rates(app: Application, gpu_type: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The per-epoch best over the 12-point batch grid (the part shared by every job's own batch)."""
+    return _cached((app.name, gpu_type, shape), lambda: _elementwise_max(
+        [_rate(app, gpu_type, shape, b) for b in _batch_grid(app.init_batch_size, app.max_batch_size)]))
+
+
+def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], own_batch: int) -> np.ndarray:
+    """Progress/s per epoch on `shape` GPUs of `gpu_type` at the best batch for each epoch (grid above).
+    A maximum does not depend on the order it is taken in, so the grid's part is computed once per shape."""
+    return _cached((app.name, gpu_type, shape, own_batch), lambda: _elementwise_max(
+        [_grid_rates(app, gpu_type, shape), _rate(app, gpu_type, shape, own_batch)]))
+
+
+@lru_cache(maxsize=4096)
+def _batch_grid(lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(sorted(set(np.geomspace(lo, hi, 12).astype(int).tolist())))
+
+
+@lru_cache(maxsize=4096)
+def _shapes(cap: int, per_node: int, nodes: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(sorted({_balanced(g, k) for g in range(1, cap + 1)
+                         for k in range(-(-g // per_node), min(g, nodes) + 1)}))
 
 
 def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_node: int, nodes: int) -> np.ndarray:
     """Progress/s per epoch at the best GPU count ≤ `cap`, the best spread of it over the type's `nodes`
-    servers (balanced over k servers; spreading can beat packing on T4) and the best batch."""
-    key = (app.name, gpu_type, cap, own_batch, per_node, nodes)
-    r = _BEST.get(key)
-    if r is None:
-        shapes = {_balanced(g, k) for g in range(1, cap + 1) for k in range(-(-g // per_node), min(g, nodes) + 1)}
-        r = _BEST[key] = _elementwise_max([best_batch_rates(app, gpu_type, sh, own_batch) for sh in sorted(shapes)])
-    return r
+    servers (balanced over k servers; spreading can beat packing on T4) and the best batch: the best over
+    the batch grid (shared by all jobs of the application) and over the job's own batch."""
+    shapes = _shapes(cap, per_node, nodes)
+    grid = _cached((app.name, gpu_type, cap, per_node, nodes), lambda: _elementwise_max(
+        [_grid_rates(app, gpu_type, sh) for sh in shapes]))
+    return _cached((app.name, gpu_type, cap, own_batch, per_node, nodes), lambda: _elementwise_max(
+        [grid, *(_rate(app, gpu_type, sh, own_batch) for sh in shapes)]))
 
 
 def _elementwise_max(rates: list[np.ndarray]) -> np.ndarray:
@@ -97,11 +143,18 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, fl
     app = j.app
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
         return out
-    at_best_batch = 0.0
-    for (t, shape, e), work in j.work_by_config.items():
+    log = j.work_by_config if isinstance(j.work_by_config, WorkLog) else WorkLog(j.work_by_config)
+    configs, which, epoch, work_done = log.arrays()
+    per_entry, priced = np.zeros(len(work_done)), np.zeros(len(work_done), dtype=bool)
+    for c, (t, shape) in enumerate(configs):
         if t in app.profile.throughput and shape:
             r = best_batch_rates(app, t, shape, j.spec.batch_size)
-            at_best_batch += work / r[min(e, len(r) - 1)]
+            m = which == c
+            per_entry[m] = work_done[m] / r[np.minimum(epoch[m], len(r) - 1)]
+            priced |= m
+    per_entry = per_entry[priced]
+    # the same divisions, summed one after another in the log's order (add.accumulate is sequential)
+    at_best_batch = float(np.add.accumulate(per_entry)[-1]) if len(per_entry) else 0.0
     t = max(j.gpu_seconds_by_type, key=lambda k: j.gpu_seconds_by_type[k])
     if t not in app.profile.throughput:
         return out
@@ -121,8 +174,10 @@ def collect(sim: Simulator, wall: float) -> SimResult:
     for n in sim.train_nodes:
         g, k = per_node.get(n.gpu_type, (0, 0))
         per_node[n.gpu_type] = (max(g, n.num_gpus), k + 1)
+    cols = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
+            "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"]
     for j in sorted(sim.done, key=lambda j: (j.spec.submit_time, j.spec.job_id)):
-        rows.append(decompose(j, per_node) | {
+        row = decompose(j, per_node) | {
             "job": j.spec.job_id, "application": j.spec.application, "submit": j.spec.submit_time,
             "start": j.start_time, "end": j.end_time, "jct": j.end_time - j.spec.submit_time,
             "queue": (j.start_time or j.end_time) - j.spec.submit_time, "requested_gpus": j.spec.num_gpus,
@@ -133,31 +188,30 @@ def collect(sim: Simulator, wall: float) -> SimResult:
             "reason": j.reason or (PendingReason.PRIORITY.value if (j.start_time or j.end_time) > j.spec.submit_time
                                    else ""),
             "restart_gpu_seconds": j.restart_gpu_seconds,
-        })
-    jobs = pd.DataFrame(rows, columns=["job", "application", "submit", "start", "end", "jct", "queue",
-                                       "requested_gpus", "gpu_seconds", "avg_gpus", "run_time", "restarts",
-                                       "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"])
-    tl = pd.DataFrame(sim.timeline, columns=["t", "busy_gpus", "total_gpus", "loaned_servers"])
-    jct = jobs["jct"].to_numpy(float)
+        }
+        rows.append(tuple(row[c] for c in cols))  # a tuple per job, not a dict: 74k jobs' rows at once
+    jobs = Rows(cols, rows)
+    tl = Rows(["t", "busy_gpus", "total_gpus", "loaned_servers"], sim.timeline)
+    jct = jobs.array("jct")
     t0 = min((s.submit_time for s in sim.workload.jobs), default=0.0)
-    makespan = float(jobs["end"].max() - t0) if len(jobs) else 0.0
+    makespan = float(jobs.array("end").max() - t0) if len(jobs) else 0.0
     # GPU-time utilisation: busy GPU-seconds / available GPU-seconds over the makespan
     if len(tl) > 1:
-        dt = np.diff(np.append(tl["t"].to_numpy(float), sim.now))
-        avail = float(np.sum(dt * tl["total_gpus"].to_numpy(float)))
-        busy = float(np.sum(dt * tl["busy_gpus"].to_numpy(float)))
+        dt = np.diff(np.append(tl.array("t"), sim.now))
+        avail = float(np.sum(dt * tl.array("total_gpus")))
+        busy = float(np.sum(dt * tl.array("busy_gpus")))
     else:
         avail = busy = 0.0
+    restart_gs = float(_nansum(jobs.array("restart_gpu_seconds")))
     lat = np.array(sim.latencies) * 1000.0
     summary = {
         "policy": sim.policy.name, "workload": sim.workload.name, "workload_digest": sim.workload.digest,
         "n_jobs": len(sim.workload.jobs), "n_finished": len(jobs), "unfinished": sim.stalled[:20],
         "avg_jct": float(jct.mean()) if len(jct) else float("nan"), "median_jct": _pct(jct, 50),
         "p95_jct": _pct(jct, 95), "p99_jct": _pct(jct, 99),
-        "avg_queue": float(jobs["queue"].mean()) if len(jobs) else float("nan"),
-        "p95_queue": _pct(jobs["queue"].to_numpy(float), 95),
+        "avg_queue": _mean(jobs.array("queue")), "p95_queue": _pct(jobs.array("queue"), 95),
         "makespan": makespan, "gpu_utilization": busy / avail if avail else 0.0,
-        "restarts": int(jobs["restarts"].sum()), "preemptions": int(jobs["preemptions"].sum()),
+        "restarts": int(jobs.array("restarts").sum()), "preemptions": int(jobs.array("preemptions").sum()),
         "reclaims": len(sim.reclaims), "reclaim_preemptions": int(sum(r["preempted"] for r in sim.reclaims)),
         "rounds": len(sim.latencies), "events": sim.events,
         "decision_ms_p50": _pct(lat, 50), "decision_ms_p99": _pct(lat, 99),
@@ -167,8 +221,8 @@ def collect(sim: Simulator, wall: float) -> SimResult:
                     "types": sorted({n.gpu_type for n in sim.train_nodes})},
         "policy_config": {"interval": sim.policy.interval, **sim.ctx.options},
         # JCT decomposition, mean seconds per finished job (module docstring) and GPU-hours by use
-        "decomposition": {k: float(jobs[k].mean()) if len(jobs) else float("nan") for k in DECOMPOSITION},
-        "gpu_hours": {"available": avail / 3600, "running": (busy - float(jobs["restart_gpu_seconds"].sum())) / 3600,
-                      "restarting": float(jobs["restart_gpu_seconds"].sum()) / 3600, "idle": (avail - busy) / 3600},
+        "decomposition": {k: _mean(jobs.array(k)) for k in DECOMPOSITION},
+        "gpu_hours": {"available": avail / 3600, "running": (busy - restart_gs) / 3600,
+                      "restarting": restart_gs / 3600, "idle": (avail - busy) / 3600},
     }
     return SimResult(summary, jobs, tl, list(sim.reclaims))

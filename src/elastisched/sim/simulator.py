@@ -40,6 +40,7 @@ from elastisched.engine.reclaim import admin_resize, pin
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.metrics import SimResult, collect
+from elastisched.sim.table import WorkLog
 from elastisched.workloads.schema import Workload
 
 ARRIVAL, COMPLETION, LOAN, FAILURE, RESIZE = 0, 1, 2, 3, 4
@@ -151,6 +152,9 @@ class Simulator:
         self.views.pop(jid, None)
         self.running_views.pop(jid, None)
         self.stale.discard(jid)
+        job.rates = None  # a finished job's caches go, its work log and epoch bounds are kept compactly
+        job.work_by_config = WorkLog(job.work_by_config)  # type: ignore[assignment]
+        job.bounds = job.bounds_arr  # type: ignore[assignment]  # same numbers, 8 bytes each instead of 32
         self.done.append(job)
         self.policy.on_finish(jid, self.now)
 

@@ -1,0 +1,59 @@
+"""ONES elasticity limits (ones.md §2.7): the GA caps and `max_size` per job, set before each generation.
+
+Per-job state is the policy's dict (`max_size`, `resume`, `e` epochs done, `last_change`, `doubled_at`); this
+module mutates `max_size` / `doubled_at` exactly as the artifact's `Monitor.scale_up` does, and returns the
+caps. `once_per_epoch` is the artifact preset's reading of "at most one doubling per epoch": a job doubles at
+most once per completed epoch (the artifact's δ = 1 epoch between placement changes has the same effect on
+the real cluster, where a job must be redeployed at `max_size` before it may double again).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from elastisched.core.types import JobView
+
+
+def caps(jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c: int, med_pool: list[float],
+         tp_limit: np.ndarray | None, *, cap_factor: int, artifact_gate: bool, scale_gate: float, growth: str,
+         sd_factor: float, once_per_epoch: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """GA caps and max sizes after the scale-up / scale-down / scale-in limits (ones.md §2.7)."""
+    j = len(jobs)
+    out = np.zeros(j, dtype=np.int64)
+    maxs = np.zeros(j, dtype=np.int64)
+    for i, (job, st) in enumerate(zip(jobs, sts, strict=True)):
+        n = job.gpus
+        limit = min(c, cap_factor * job.spec.num_gpus)
+        if n and executed[i]:
+            gate = st["e"] >= 1.0 if artifact_gate else st["e"] - st["last_change"] >= scale_gate
+            if gate:
+                epoch = int(st["e"] + 1e-9)
+                may = not once_per_epoch or epoch > st.get("doubled_at", -1)
+                if may and n >= st["max_size"] and (tp_limit is None or st["max_size"] < tp_limit[i]):
+                    grown = 2 * st["max_size"] if growth == "double" else max(2 * st["max_size"], limit)
+                    if min(c, grown) > st["max_size"]:
+                        st["doubled_at"] = epoch
+                    st["max_size"] = min(c, grown)
+                out[i] = min(st["max_size"], limit)
+            else:
+                out[i] = n
+        elif n:
+            out[i] = n
+        elif executed[i]:
+            out[i] = st["resume"] or st["max_size"]
+        maxs[i] = max(st["max_size"], out[i])
+        if tp_limit is not None and executed[i]:
+            out[i], maxs[i] = min(out[i], tp_limit[i]), min(maxs[i], tp_limit[i])
+        if job.spec.elastic:  # a job the workload marks elastic stays within its bounds
+            out[i], maxs[i] = min(out[i], job.spec.gpu_cap), min(maxs[i], job.spec.gpu_cap)
+    run = [i for i in range(j) if jobs[i].gpus and executed[i]]
+    if run:
+        big = max(run, key=lambda i: (jobs[i].gpus, -i))
+        n, r = jobs[big].gpus, jobs[big].run_time
+        med = float(np.median(med_pool)) if med_pool else 0.0
+        if 2 * n >= c and med > 0 and r > med:
+            new = max(1, int(2 * n / (sd_factor * r / med + 1)))
+            out[big] = min(out[big], new + (new % 2))
+    return out, maxs

@@ -1,0 +1,38 @@
+"""Named configurations of the `ones` policy (docs/ones.md "Presets"): every option's value per preset.
+
+- "faithful": the artifact's algorithm with the four bug fixes and A16 (the policy's defaults before presets);
+- "artifact": what the artifact's code does, bugs included: the scale-up gate degraded to "≥ 1 epoch"
+  (A4 unfixed), at most one doubling per epoch, no throughput limit (A16 off), scale-in that halves every
+  preempted job's resume size in every unthrottled update, the δ clock reset for every job of a newly
+  deployed schedule, and `_refresh` keeping the first gene of a job whose cap is 0;
+- "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness is the
+  predicted remaining time with a left-out job counted on one GPU (D4, so preempting a job never looks like a
+  gain) plus the restart/resize cost of each change to a running job, and a running job keeps its slots unless
+  the predicted gain pays for the move (`ones_deploy.hold`); and a round whose inputs did not change since the
+  last (same jobs, placements, epochs done, δ and scale-up clocks; only random draws differ) is skipped for up to
+  `quiet_s` = 300 s (one generation per event, and at least one per 5 minutes: a reading of A7); growth capped at
+  the request (`cap_factor` 1), δ = 1.5 epochs between placement changes, and a growth must save 3× its resize
+  cost (`hold_factor`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "population": 16, "xi": 0.5, "theta": 0.3, "delta_epochs": 1.0, "scale_gate_epochs": 2.0,
+    "artifact_scale_gate": False, "scale_down_factor": 1.0, "cap_factor": 4, "sample_rho": True, "history": None,
+    "interval": 5.0, "refit": True, "throttle": "global", "throughput_limit": True, "min_gain": 0.0,
+    "bootstrap": True, "start": "one", "growth": "double", "samples": False, "fitness": "gpu_time",
+    "require_history": False, "scale_in": "passed_over", "delta_reset": "changed", "refresh_keep_first": False,
+    "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
+    "quiet_s": 0.0, "hold_factor": 1.0,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "faithful": {},
+    "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
+                 "refresh_keep_first": True, "double_once_per_epoch": True},
+    "tuned": {"start": "node", "fitness": "time", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
+              "delta_epochs": 1.5, "hold_factor": 3.0},
+}

@@ -1,0 +1,173 @@
+"""The `artifact` preset of `ones` follows the artifact's code (kurisusnowdeng/ones_sc21 @ 8535358, read not
+copied): one deterministic scenario per rule, each checked against a hand computation, and each checked to
+differ from the `faithful` preset, so the test fails if the rule is lost."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
+from elastisched.policies import ones_deploy as dep
+from elastisched.policies._ones_ops import trim_to_caps
+from elastisched.policies.ones import OnesPolicy
+from elastisched.policies.ones_presets import PRESETS
+
+E = -1
+
+
+def _job(jid: str, req: int, gpus: int, epochs: float, ran: bool | None = None, node: str = "n0") -> JobView:
+    spec = JobSpec(jid, 0.0, "cifar10", req, 256 * req, attrs={"epoch_work": 10.0, "epoch_size": 1000,
+                                                                 "local_batch": 256, "lr": 0.1, "max_lr": 1.6})
+    alloc = Allocation(((node, gpus),)) if gpus else Allocation()
+    return JobView(spec, JobPhase.RUNNING if gpus else JobPhase.PENDING, alloc, progress=epochs * 10.0,
+                   total_work=1e9, start_time=0.0 if (gpus or ran) else None)
+
+
+def _caps(pol: OnesPolicy, jobs: list[JobView], c: int) -> np.ndarray:
+    sts = [pol._observe(j) for j in jobs]
+    executed = np.array([s["e"] >= 1 for s in sts])
+    return pol._caps(jobs, sts, executed, c, [])[0]
+
+
+def _wire(pol: OnesPolicy, nodes: int, per: int = 4) -> None:
+    pol.capacity = nodes * per
+    pol._node_of = np.repeat(np.arange(nodes), per)
+    pol._node_ids, pol._node_types = [f"n{i}" for i in range(nodes)], ["t4"] * nodes
+
+
+def test_artifact_preset_sets_every_rule() -> None:
+    art = OnesPolicy("artifact", bootstrap=False)
+    assert PRESETS["artifact"]["throughput_limit"] is False and not art.throughput_limit  # A16 off
+    assert art.artifact_gate and art.once_per_epoch and art.keep_first
+    assert art.scale_in_mode == "every" and art.delta_reset == "all" and not art.restart_aware
+
+
+def test_at_most_one_doubling_per_epoch() -> None:
+    # job a: 1 GPU requested, running at its max_size 1, 1.2 epochs done (the artifact's gate: >= 1 epoch)
+    art, faithful = OnesPolicy("artifact", bootstrap=False), OnesPolicy("faithful", bootstrap=False,
+                                                                        artifact_scale_gate=True)
+    for pol in (art, faithful):
+        _caps(pol, [_job("a", 4, 1, 1.2)], 64)  # 1 -> 2
+        assert pol.js["a"]["max_size"] == 2
+    # later in the same epoch (1.7) the job already runs at 2: by hand, the artifact may not double again
+    # until epoch 2; the faithful preset's artifact gate alone would double to 4 now
+    _caps(art, [_job("a", 4, 2, 1.7)], 64)
+    _caps(faithful, [_job("a", 4, 2, 1.7)], 64)
+    assert art.js["a"]["max_size"] == 2 and faithful.js["a"]["max_size"] == 4
+    caps = _caps(art, [_job("a", 4, 2, 2.1)], 64)  # epoch 2 completed: one more doubling, 2 -> 4
+    assert art.js["a"]["max_size"] == 4 and caps[0] == 4
+
+
+def test_no_throughput_limit() -> None:
+    # observed: 4 GPUs 400 samples/s, 8 GPUs 300 samples/s (slower): A16 would hold the job at 4
+    jobs = [_job("a", 4, 8, 5.0)]
+    art, faithful = OnesPolicy("artifact", bootstrap=False), OnesPolicy("faithful", bootstrap=False)
+    for pol in (art, faithful):
+        pol.thr.observe("a", 4, 400.0)
+        pol.thr.observe("a", 8, 300.0)
+        pol._observe(jobs[0])
+        pol.js["a"].update(max_size=8, last_change=0.0)
+    lim = art._caps(jobs, [art.js["a"]], np.array([True]), 64, [], None)  # the artifact passes no limit
+    from elastisched.policies._ones_ops import scaling_limit
+    pts = faithful.thr.tables(["a"])
+    limited = faithful._caps(jobs, [faithful.js["a"]], np.array([True]), 64, [], scaling_limit(*pts))
+    # by hand: 8 >= max_size 8 and the gate is open, so max_size doubles to 16 and the cap is min(16, 4*4) = 16;
+    # with A16 the cap is the best observed count, 4
+    assert lim[0][0] == 16 and art.js["a"]["max_size"] == 16
+    assert limited[0][0] == 4
+
+
+def test_scale_in_halves_every_unthrottled_update() -> None:
+    # w: preempted, executed, resume size 8. No other job starts this round (the cluster stays as it is).
+    nodes = (NodeView("n0", "t4", 4, index=0), NodeView("n1", "t4", 4, index=1))
+    run = _job("r", 4, 4, 3.0)
+    w = _job("w", 8, 0, 3.0, ran=True)
+    snap = ClusterSnapshot(10.0, nodes, {"r": run, "w": w})
+    cur = np.array([0, 0, 0, 0, E, E, E, E])
+    for preset, want in (("artifact", [4, 2, 1]), ("faithful", [8, 8, 8])):
+        pol = OnesPolicy(preset, bootstrap=False)
+        _wire(pol, 2)
+        sts = [pol._observe(run), pol._observe(w)]
+        sts[1].update(resume=8, max_size=8, ran=True)
+        got = []
+        for _ in range(3):  # three iterations, nothing throttled (r was placed >= 1 epoch ago)
+            pol._deploy(snap, [run, w], sts, cur, cur.copy(), np.array([3.0, 3.0]), np.array([True, True]))
+            got.append(sts[1]["resume"])
+        # by hand: the artifact halves 8 -> 4 -> 2 -> 1; our A15 reading halves only when another job starts
+        assert got == want, preset
+        assert sts[1]["max_size"] == want[-1]
+
+
+def test_delta_clock_reset_for_every_job_of_a_new_schedule() -> None:
+    nodes = (NodeView("n0", "t4", 4, index=0), NodeView("n1", "t4", 4, index=1))
+    a, b = _job("a", 2, 2, 3.0), _job("b", 2, 0, 0.0)
+    snap = ClusterSnapshot(10.0, nodes, {"a": a, "b": b})
+    cur = np.array([0, 0, E, E, E, E, E, E])
+    best = np.array([0, 0, E, E, 1, 1, E, E])  # a unchanged, b starts on n1
+    for preset, want in (("artifact", 3.0), ("faithful", 1.5)):
+        pol = OnesPolicy(preset, bootstrap=False)
+        _wire(pol, 2)
+        sts = [pol._observe(a), pol._observe(b)]
+        sts[0]["last_placed"] = 1.5
+        pol._deploy(snap, [a, b], sts, cur, best, np.array([3.0, 0.0]), np.array([True, False]))
+        # by hand: a new schedule was deployed (b started), so the artifact stamps a's clock with its 3.0 epochs
+        assert sts[0]["last_placed"] == want, preset
+        assert sts[1]["last_placed"] == 0.0
+    # and when nothing is deployed no clock moves
+    pol = OnesPolicy("artifact", bootstrap=False)
+    _wire(pol, 2)
+    sts = [pol._observe(a)]
+    sts[0]["last_placed"] = 1.5
+    pol._deploy(ClusterSnapshot(10.0, nodes, {"a": a}), [a], sts, cur, cur.copy(), np.array([3.0]),
+                np.array([True]))
+    assert sts[0]["last_placed"] == 1.5
+
+
+def test_refresh_keeps_the_first_gene_of_a_cap_0_job() -> None:
+    pop = np.array([[0, 0, 1, 1, 1, 2, E, E]])
+    caps = np.array([1, 0, 2])  # job 1 has cap 0 (not started / not waiting to resume)
+    # by hand (artifact `_refresh`): job 0 keeps 1 of 2, job 1 keeps its first gene only, job 2 keeps its 1
+    assert trim_to_caps(pop, caps, keep_first=True).tolist() == [[0, E, 1, E, E, 2, E, E]]
+    assert trim_to_caps(pop, caps).tolist() == [[0, E, E, E, E, 2, E, E]]
+    # crossover still trims a cap-0 job away entirely (the artifact checks the cap before the first gene there)
+    from elastisched.policies._ones_ops import crossover
+    c1, _ = crossover(pop, pop, caps, np.random.default_rng(0), 0.5)
+    assert 1 not in c1
+
+
+def test_artifact_preset_refresh_in_a_generation() -> None:
+    """In a whole round, the artifact preset's parents keep a cap-0 job's first gene (faithful drops it)."""
+    kept = {}
+    for preset in ("artifact", "faithful"):
+        pol = OnesPolicy(preset, bootstrap=False, population=2, theta=0.0)
+        pol.pop = np.array([[1, 0, 0, E], [1, 0, 0, E]])
+        parents = trim_to_caps(pol.pop, np.array([2, 0]), pol.keep_first)
+        kept[preset] = int((parents == 1).sum())
+    assert kept == {"artifact": 2, "faithful": 0}
+
+
+def test_hold_keeps_a_move_that_does_not_pay() -> None:
+    """Tuned preset: a growth whose predicted gain is below the resize cost is held; a real gain is not."""
+    cur = np.array([0, 0, 1, 1, E, E, E, E])
+    best = np.array([0, 0, 0, 0, 1, 1, E, E])  # 0 grows 2 -> 4, 1 migrates
+    running = np.array([True, True])
+    pts_n = np.array([[2.0, np.inf], [2.0, np.inf]])
+    pts_x = np.array([[100.0, 0.0], [100.0, 0.0]])
+    # rem 1000 samples: 10 s on 2 GPUs, 5 s on 4 (+ 8 s resize) -> no gain, held; 1 migrates: always held
+    held = dep.hold(cur, best, running, np.array([1000.0, 500.0]), pts_n, pts_x, 8.0)
+    assert held.tolist() == [True, True]
+    # rem 10,000 samples: 100 s vs 50 + 8 s -> moves
+    held = dep.hold(cur, best, running, np.array([10000.0, 500.0]), pts_n, pts_x, 8.0)
+    assert held.tolist() == [False, True]
+    out, full = dep.plan(cur, best, running, np.array([5.0, 5.0]), 1.0, "global", held)
+    assert out.tolist() == [0, 0, 1, 1, E, E, E, E]  # 0 would take 1's held slots: deferred with it
+    assert full
+
+
+def test_move_cost_charges_changes_to_running_jobs() -> None:
+    counts = np.array([[2, 2, 0], [4, 0, 0], [2, 2, 4]])
+    n_cur = np.array([2, 2, 0])
+    running = np.array([True, True, False])
+    # by hand: row 0 no change; row 1 resizes 0 to 4 GPUs (4·8) and stops 1 (2·30); row 2 starts a new job only
+    assert dep.move_cost(counts, n_cur, running, 30.0, 8.0).tolist() == [0.0, 92.0, 0.0]
+    assert dep.move_cost(counts, n_cur, running, 30.0, 8.0, "time").tolist() == [0.0, 38.0, 0.0]
