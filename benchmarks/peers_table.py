@@ -159,6 +159,31 @@ def markdown(records: list[dict[str, Any]], policies: list[str], suites: dict[st
     return "\n".join(lines)
 
 
+def report(records: list[dict[str, Any]], policies: list[str], suites: dict[str, list[int]],
+           config: dict[str, Any]) -> Any:
+    """The same tables as an `ExperimentResult`, written by the project's one report writer (report.html)."""
+    from elastisched.experiments.base import ExperimentResult, Table
+
+    cols = {"policy": "policy", "avg_jct": "avg JCT (s)", "p95_jct": "p95 JCT (s)", "makespan": "makespan (s)",
+            "gpu_hours": "GPU-hours", "restarts": "restarts", "wall_s": "wall (s)", "cpu_s": "CPU (s)"}
+    tables = []
+    for suite, ns in suites.items():
+        if not ns:
+            continue
+        rows = []
+        for pol in policies:
+            ok = [r["summary"] for r in records if r["suite"] == suite and r["policy"] == pol and "summary" in r]
+            row: dict[str, Any] = {"policy": pol}
+            for k in list(cols)[1:]:
+                row[k] = round(statistics.fmean(float(x[k]) for x in ok), 1) if len(ok) == len(ns) else "n/a"
+            rows.append(row)
+        cluster = POLLUX_CLUSTER if suite == "pollux" else "6x4:t4,2x8:a100,3x8:rtx"
+        tables.append(Table(cols, rows, f"{suite.capitalize()} workloads {ns[0]}–{ns[-1]} on {cluster}: mean per "
+                                        f"workload, seed {config['seed']}"))
+    return ExperimentResult("peers_table", "Every policy on the Pollux and Saturn workloads", config, tables=tables,
+                            data={"cells": records})
+
+
 def numbers(text: str) -> list[int]:
     if not text:
         return []
@@ -219,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
               "total_wall_s": time.perf_counter() - t0}
     (a.out / "peers_table.json").write_text(json.dumps({"config": config, "cells": records}, indent=1))
     (a.out / "peers_table.md").write_text(markdown(records, policies, suites))
-    print(f"wrote {a.out / 'peers_table.json'} and {a.out / 'peers_table.md'}")
+    from elastisched.report.experiment import render_html
+
+    (a.out / "report.html").write_text(render_html(report(records, policies, suites, config)))
+    print(f"wrote {a.out / 'peers_table.json'}, {a.out / 'peers_table.md'} and {a.out / 'report.html'}")
     return 0
 
 

@@ -29,6 +29,8 @@ def test_one_cell_runs_a_timeout_is_na_and_reuse_keeps_it(pt: ModuleType, tmp_pa
     assert s["avg_jct"] > 0 and s["p95_jct"] >= s["avg_jct"] and s["makespan"] > 0 and s["gpu_hours"] > 0
     md = (tmp_path / "a" / "peers_table.md").read_text()
     assert f"| fifo | {s['avg_jct']:,.0f} |" in md
+    html = (tmp_path / "a" / "report.html").read_text()  # the same table in the project's report
+    assert "avg JCT (s)" in html and f"<td>fifo</td><td>{s['avg_jct']:,.0f}" in html
     # a cell past its time limit is n/a with the reason; the finished one is reused, not rerun
     assert pt.main(["--out", str(tmp_path / "b"), "--policies", "fifo,srtf", "--pollux", "1", "--saturn", "",
                     "--cell-timeout", "0.01", "--reuse", str(tmp_path / "a" / "peers_table.json")]) == 0

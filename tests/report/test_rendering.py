@@ -31,6 +31,19 @@ def test_report_renders(tmp_path: Path, name: str) -> None:
     check_page(out / "report.html", name)
 
 
+def test_peers_table_report_renders(tmp_path: Path) -> None:
+    """benchmarks/peers_table.py's report.html, from the committed table (no simulation)."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("peers_table", root / "benchmarks" / "peers_table.py")
+    assert spec is not None and spec.loader is not None
+    pt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pt)
+    assert pt.main(["--render-only", "--reuse", str(root / "docs" / "peers-table.json"), "--out", str(tmp_path)]) == 0
+    check_page(tmp_path / "report.html", "peers-table")
+
+
 # Every `reproduce` report renders too. pollux, lyra and ones are checked by their own tests
 # (tests/experiments/test_{pollux,lyra,ones}_experiment.py, same `check_page`); these are the others, each on
 # the smallest configuration that still draws every plot of its report.
