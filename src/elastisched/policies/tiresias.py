@@ -62,9 +62,15 @@ class TiresiasPolicy(Policy):
         now = snap.now
         thr = self.threshold
         q0 = self._q0
-        # attained(now), written out: this loop and the one below run for every running job every round
-        for jid in [j for j, v in snap.running_jobs().items()
-                    if j in q0 and v.attained_service + max(0.0, now - v.updated_at) * v.allocation.gpus >= thr]:
+        # attained(now) written out (`d if d > 0.0 else 0.0` is max(0.0, d)): this loop and the one below run
+        # for every running job every round
+        demote = []
+        for jid, v in snap.running_jobs().items():
+            if jid in q0:
+                d = now - v.updated_at
+                if v.attained_service + (d if d > 0.0 else 0.0) * v.allocation.gpus >= thr:
+                    demote.append(jid)
+        for jid in demote:
             del q0[jid]
             self._q1[jid] = None
         free = snap.capacity_by_type()
@@ -103,16 +109,18 @@ class TiresiasPolicy(Policy):
                                 free[tn] -= g
                         total_free -= need
                         if first:
-                            att = job.attained_service + max(0.0, now - job.updated_at) * cur.gpus
-                            wake = min(wake, now + (thr - att) / need)
+                            d = now - job.updated_at
+                            w = now + (thr - (job.attained_service + (d if d > 0.0 else 0.0) * cur.gpus)) / need
+                            if w < wake:  # min(wake, w)
+                                wake = w
                         continue
                 t2 = fits(free, spec.gpu_types, need)
                 if t2 is not None:
                     allocs[jid] = Allocation(num_gpus=need, gpu_type=t2)
                     free[t2] -= need
                     total_free -= need
-                    if first:
-                        wake = min(wake, now + thr / need)
+                    if first and now + thr / need < wake:
+                        wake = now + thr / need
                 else:
                     reasons[jid] = PendingReason.RESOURCES
         return Decision(allocs, reasons, next_round_at=wake)
