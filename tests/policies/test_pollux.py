@@ -218,3 +218,67 @@ def test_batch_only_change_costs_no_restart_when_in_place(models: object, in_pla
     restarts = int(r.jobs["restarts"].iloc[0])
     assert r.summary["rounds"] > 3
     assert (restarts == 0) if in_place else (restarts >= r.summary["rounds"] - 2)
+
+
+# ---------------------------------------------------------------- heterogeneity-unaware (Sia's artifact)
+def test_unaware_virtual_nodes_and_majority_type() -> None:
+    nodes = parse_cluster("1x4:t4,1x8:a100,1x8:rtx")
+    snap = ClusterSnapshot(0.0, nodes, {})
+    vn = PolluxPolicy._virtual_nodes(snap)
+    assert [v[2] for v in vn] == [4] * 5  # every node cut into pieces of the smallest node (4 GPUs)
+    assert [v[1] for v in vn] == [nodes[0].node_id] + [nodes[1].node_id] * 2 + [nodes[2].node_id] * 2
+    vids = [v[0] for v in vn]
+    owner = {v[0]: v[1] for v in vn}
+    ntype = {v[0]: {n.node_id: n.gpu_type for n in nodes}[v[1]] for v in vn}
+    best = np.array([[2, 2, 0, 0, 0],   # tie t4 : a100 → a100 (artifact priority)
+                     [3, 0, 0, 1, 0],   # 3 t4 + 1 rtx → the 3 T4 GPUs only
+                     [0, 2, 2, 0, 0],   # two virtual nodes of one A100 node → one node, 4 GPUs
+                     [0, 0, 0, 2, 2]])  # rtx, one node
+    pol = PolluxPolicy(unaware=True)
+    real = pol._devirtualise(best, ["a", "b", "c", "d"], vids, owner, ntype, [n.node_id for n in nodes])
+    assert real.tolist() == [[0, 2, 0], [3, 0, 0], [0, 4, 0], [0, 0, 4]]
+    assert pol._vrows["c"] == {vids[1]: 2, vids[2]: 2}
+    # next round: the kept split is the job's base on virtual nodes; a split it no longer matches is refilled
+    jobs = [JobView(JobSpec(j, 0.0, "cifar10", 1, 128), JobPhase.RUNNING,
+                    Allocation(placement=tuple((nodes[k].node_id, int(g)) for k, g in enumerate(real[i]) if g)),
+                    updated_at=0.0)
+            for i, j in enumerate(["a", "b", "c", "d"])]
+    base = pol._virtual_base(jobs, vids, owner, np.array([4] * 5))
+    assert base.tolist() == [[0, 2, 0, 0, 0], [3, 0, 0, 0, 0], [0, 2, 2, 0, 0], [0, 0, 0, 2, 2]]
+    assert (base.sum(axis=0) <= 4).all()
+
+
+def test_unaware_pollux_on_sia_cluster_keeps_one_type_per_job() -> None:
+    """A Saturn-1 prefix on Sia's cluster: every decision gives each job one GPU type and ≤ 16 GPUs (the
+    smallest type's total), jobs grow past one GPU, and more than one type is used."""
+    import dataclasses
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia"
+    if not (root / "traces").is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Sia artifact data missing at {root} (required under CI=true)")
+        pytest.skip("Sia artifact data (../shared/peer-data/sia) not found")
+    from elastisched.experiments.sia import SIA_CLUSTER, saturn_workload, sia_models
+
+    sm = sia_models(root / "traces")
+    wl = saturn_workload(root / "workloads" / "saturn" / "workload-1.csv", sm)
+    wl = dataclasses.replace(wl, jobs=wl.jobs[:14])
+    seen: list[tuple[int, int]] = []
+
+    class Checked(PolluxPolicy):
+        def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+            d = super().schedule(snap, ctx)
+            types = {n.node_id: n.gpu_type for n in snap.nodes}
+            for a in d.allocations.values():
+                seen.append((len({types[n] for n in a.nodes}), a.gpus))
+            return d
+
+    nodes = parse_cluster(SIA_CLUSTER)
+    r = simulate(wl, Checked(unaware=True, generations=20), nodes, sm, SimConfig(seed=0, max_time=6 * 3600.0))
+    assert seen and all(k == 1 and 1 <= g <= 16 for k, g in seen)
+    assert max(g for _, g in seen) > 1
+    assert len(r.jobs) >= 7  # most of the prefix finished in 6 h
+    aware = simulate(wl, PolluxPolicy(generations=20), nodes, sm, SimConfig(seed=0, max_time=6 * 3600.0))
+    assert r.jobs.to_csv() != aware.jobs.to_csv()  # the mode changes the schedule

@@ -62,7 +62,7 @@ ARTIFACT_RUN: dict[str, dict[int, float]] = {"gavel": {1: 6474.2, 2: 6182.0, 3: 
 POLICY_OPTIONS: dict[str, dict[str, Any]] = {
     "sia": {},
     "gavel": {"interval": 360.0, "objective": "max_sum_throughput"},  # the artifact's gavel_default_policy
-    "pollux": {},
+    "pollux": {"unaware": True},  # heterogeneity-unaware, as Sia's artifact runs it (multi_simulator_unaware.py)
 }
 
 

@@ -27,6 +27,17 @@ Faithful to the artifact (petuum/adaptdl `osdi21-artifact`, `simulator/pollux.py
 Differences: the artifact re-optimises after every epoch boundary inside a 60 s step too; we do it once per
 round. Heterogeneity: a job may use any node of a type it allows and its profile
 covers; the step time it measures on a mixed placement is the slowest type's (what the simulator runs).
+
+`unaware=True` is Pollux as Sia's artifact runs it on a heterogeneous cluster (siasosp23/artifacts
+`sia-simulator/multi_simulator_unaware.py`, `cluster_unaware.py`, `job.py` with `h_unaware`; read, not copied):
+every node is cut into virtual nodes of the smallest node's GPU count (Sia's cluster: 16 × 4), the search
+runs over them blind to GPU types, and a job given GPUs of several types keeps only those of its majority
+type (ties: A100, then RTX, then T4, the artifact's `fix_allocations_by_dropping` order); the others stay
+idle for the round. A job may hold at most as many GPUs as the smallest type has (artifact
+`clusterwide_max_replicas`). Its observations from every type go into one fit, keyed by (nodes, replicas,
+atomic batch) with the first measurement kept (artifact: one merged profile). Readings: real nodes, not
+virtual ones, count as a job's nodes in its observations and batch choice (the artifact's placement is
+built from real node ids); the batch range is the job's own (the artifact takes the T4 application's).
 """
 
 from __future__ import annotations
@@ -44,6 +55,8 @@ from elastisched.policies.base import Policy, PolicyContext, register
 
 RESTART_DELAY = 30.0  # seconds the restart factor charges per restart (artifact `delay = 30`)
 MAX_REPLICAS = 64  # artifact: "simulator can't handle more"
+#: unaware mode: which type a job spread over several keeps when two types tie (artifact priority order)
+TIE_ORDER = ("a100", "rtx", "t4")
 NCF_BATCH = 32768  # artifact: ncf jobs under Pollux train at this fixed global batch, on one GPU
 #: a round's search stops once its best fitness has not improved for this many generations (None: always
 #: `generations`, as the artifact); the search is warm-started, so it converges early in most rounds
@@ -61,7 +74,9 @@ class PolluxPolicy(Policy):
     batch_in_place = True
 
     def __init__(self, pop_size: int = 100, generations: int = 100, max_nodes: int = 16,
-                 patience: int | None = PATIENCE) -> None:
+                 patience: int | None = PATIENCE, unaware: bool = False) -> None:
+        self.unaware = unaware
+        self._vrows: dict[str, dict[str, int]] = {}  # unaware: job → its GPUs per virtual node last round
         self.pop_size = pop_size
         self.generations = generations
         self.patience = patience
@@ -144,8 +159,20 @@ class PolluxPolicy(Policy):
                 self._observe(snap, job, app, types)
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.attained(snap.now), j.spec.submit_time))
         ids = [j.job_id for j in jobs]
-        node_ids = [n.node_id for n in snap.nodes]
-        caps = np.array([n.num_gpus for n in snap.nodes], dtype=np.int64)
+        if self.unaware:
+            vnodes = self._virtual_nodes(snap)
+            node_ids, owner = [v[0] for v in vnodes], {v[0]: v[1] for v in vnodes}
+            caps = np.array([v[2] for v in vnodes], dtype=np.int64)
+            ntype = {v: types[owner[v]] for v in node_ids}
+            per_type: dict[str, int] = {}
+            for n in snap.nodes:
+                per_type[n.gpu_type] = per_type.get(n.gpu_type, 0) + n.num_gpus
+            limit = min(per_type.values())
+        else:
+            node_ids = [n.node_id for n in snap.nodes]
+            caps = np.array([n.num_gpus for n in snap.nodes], dtype=np.int64)
+            ntype, owner = types, {}
+            limit = int(caps.sum())
         total = int(caps.sum())
         n_jobs = len(jobs)
         fair_reps = math.ceil(total / n_jobs)
@@ -157,12 +184,12 @@ class PolluxPolicy(Policy):
         for i, job in enumerate(jobs):
             app = apps[job.job_id]
             fns[job.job_id] = self.goodput_fn(job, app) if app is not None else None
-            maxr[i] = self._max_replicas(job, app, total)
+            maxr[i] = self._max_replicas(job, app, limit)
             minr[i] = job.spec.min_gpus if job.spec.elastic else 0
             allowed = set(job.spec.gpu_types or types.values())
             if app is not None:
                 allowed &= set(app.gpu_types)
-            cap[i] = np.where([types[n] in allowed for n in node_ids], caps, 0)
+            cap[i] = np.where([ntype[n] in allowed for n in node_ids], caps, 0)
         rmax = int(maxr.max())
         table = np.zeros((n_jobs, 2, rmax + 1))
         for i, job in enumerate(jobs):
@@ -178,12 +205,14 @@ class PolluxPolicy(Policy):
                 hit = self._tables[job.job_id] = (key, speedup_table(fn, int(maxr[i]), app.max_batch_size, rng_b,
                                                                      base))
             table[i, :, : maxr[i] + 1] = hit[1]
-        pos = {n: k for k, n in enumerate(node_ids)}
-        base_state = np.zeros((n_jobs, len(node_ids)), dtype=np.int64)
+        real_ids = [n.node_id for n in snap.nodes]
+        real_base = np.zeros((n_jobs, len(real_ids)), dtype=np.int64)
+        rpos = {n: k for k, n in enumerate(real_ids)}
         for i, job in enumerate(jobs):
             for n, g in job.allocation.placement:
-                if n in pos:
-                    base_state[i, pos[n]] += g
+                if n in rpos:
+                    real_base[i, rpos[n]] += g
+        base_state = self._virtual_base(jobs, node_ids, owner, caps) if self.unaware else real_base
         age = np.array([max(snap.now - j.spec.submit_time, 0.0) for j in jobs])
         restarts = np.array([j.num_restarts for j in jobs], dtype=float)
         factor = np.maximum(age - restarts * RESTART_DELAY, 0.0) / (age + RESTART_DELAY)
@@ -193,9 +222,69 @@ class PolluxPolicy(Policy):
                                 self.generations, patience=self.patience)
         self._prev = (states, ids, node_ids)
         best = states[int(np.argmin(values[:, 0]))]
-        return self._decision(snap, jobs, best, base_state, node_ids, apps, fns)
+        if self.unaware:
+            best = self._devirtualise(best, ids, node_ids, owner, ntype, real_ids)
+        return self._decision(snap, jobs, best, real_base, real_ids, apps, fns)
+
+    # ------------------------------------------------------------------ heterogeneity-unaware (Sia's artifact)
+    @staticmethod
+    def _virtual_nodes(snap: ClusterSnapshot) -> list[tuple[str, str, int]]:
+        """(virtual node, its real node, GPUs): every node cut into pieces of the smallest node's GPU count."""
+        g = min(n.num_gpus for n in snap.nodes)
+        out = []
+        for n in snap.nodes:
+            sizes = [g] * (n.num_gpus // g) + ([n.num_gpus % g] if n.num_gpus % g else [])
+            out += [(f"{n.node_id}#{k}", n.node_id, size) for k, size in enumerate(sizes)]
+        return out
+
+    def _virtual_base(self, jobs: list[JobView], vids: list[str], owner: dict[str, str],
+                      caps: np.ndarray) -> np.ndarray:
+        """Each job's current GPUs on virtual nodes: last round's split where it still matches the job's
+        placement, otherwise filled into the node's freest virtual nodes."""
+        base = np.zeros((len(jobs), len(vids)), dtype=np.int64)
+        free = caps.copy()
+        vpos = {v: k for k, v in enumerate(vids)}
+        later: list[tuple[int, str, int]] = []
+        for i, job in enumerate(jobs):
+            prev = self._vrows.get(job.job_id, {})
+            for n, g in job.allocation.placement:
+                mine = {v: c for v, c in prev.items() if v in vpos and owner[v] == n}
+                if sum(mine.values()) == g and all(free[vpos[v]] >= c for v, c in mine.items()):
+                    for v, c in mine.items():
+                        base[i, vpos[v]] += c
+                        free[vpos[v]] -= c
+                else:
+                    later.append((i, n, g))
+        for i, n, g in later:
+            for k in sorted((vpos[v] for v in vids if owner[v] == n), key=lambda k: -free[k]):
+                c = int(min(g, free[k]))
+                base[i, k] += c
+                free[k] -= c
+                g -= c
+        return base
+
+    def _devirtualise(self, best: np.ndarray, ids: list[str], vids: list[str], owner: dict[str, str],
+                      ntype: dict[str, str], real_ids: list[str]) -> np.ndarray:
+        """Virtual rows → real rows; a job spread over several GPU types keeps its majority type's GPUs only."""
+        rpos = {n: k for k, n in enumerate(real_ids)}
+        out = np.zeros((len(ids), len(real_ids)), dtype=np.int64)
+        self._vrows = {}
+        for i, jid in enumerate(ids):
+            ks = np.flatnonzero(best[i])
+            if not len(ks):
+                continue
+            count: dict[str, int] = {}
+            for k in ks:
+                count[ntype[vids[k]]] = count.get(ntype[vids[k]], 0) + int(best[i, k])
+            keep = max(count, key=lambda t: (count[t], -(TIE_ORDER.index(t) if t in TIE_ORDER else len(TIE_ORDER))))
+            row = {vids[k]: int(best[i, k]) for k in ks if ntype[vids[k]] == keep}
+            self._vrows[jid] = row
+            for v, c in row.items():
+                out[i, rpos[owner[v]]] += c
+        return out
 
     def _max_replicas(self, job: JobView, app: Application | None, total: int) -> int:
+        """At most `total` GPUs (the cluster; unaware: the smallest type's GPUs)."""
         if app is None:
             cap = job.spec.num_gpus
         elif app.name == "ncf":
@@ -262,6 +351,7 @@ class PolluxPolicy(Policy):
 
     # ------------------------------------------------------------------ state
     def on_finish(self, job_id: str, now: float) -> None:
+        self._vrows.pop(job_id, None)
         self._obs.pop(job_id, None)
         self._grad.pop(job_id, None)
 
