@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -12,16 +12,19 @@ from elastisched.engine.placer import node_index
 
 
 def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bool,
-          free: np.ndarray | None = None) -> None:
+          free: np.ndarray | None = None, only: Iterable[JobId] | None = None) -> None:
     """Capacity per node, known active jobs, GPU bounds of each job, allowed GPU types.
 
     A non-elastic policy must give a job exactly its requested GPUs or none. An elastic policy may resize
     any job (Optimus and Pollux treat every job as malleable); for a job the workload marks elastic it must
     stay within `min_gpus..max_gpus`.
+    With `free` (the placer's), `only` may name the jobs whose allocation is not the object they hold now
+    (`placer.Changes.changed`): the others would be skipped below anyway.
     """
     idx = node_index(snap.nodes)
     used = idx.capacity * 0
-    for jid, a in allocs.items():
+    items = allocs.items() if only is None or free is None else ((jid, allocs[jid]) for jid in only)
+    for jid, a in items:
         job = snap.jobs.get(jid)
         if job is None:
             raise InvariantViolation(f"decision allocates unknown or finished job {jid!r}")

@@ -168,27 +168,40 @@ class JobState:
                 self.updated = t
                 self.view = None
                 return
+            # `_did` written out in both loops below: a long job crosses many epochs per call
+            wbc, gt, sh, bounds = self.work_by_config, self.gpu_type, self.shape, self.bounds
+            last = len(bounds) - 1
             if finishing:
-                for e in range(self.epoch, len(self.bounds) - 1):
-                    self._did(e, self.bounds[e + 1] - max(self.progress, self.bounds[e]))
-                self.progress, self.epoch = self.total, len(self.bounds) - 1
+                progress = self.progress
+                for e in range(self.epoch, last):
+                    key = (gt, sh, e)
+                    wbc[key] = wbc.get(key, 0.0) + (bounds[e + 1] - max(progress, bounds[e]))
+                self.progress, self.epoch = self.total, last
                 self.updated = t
                 self.view = None
                 return
             now = max(self.updated, min(t, self.restart_until))
-            while now < t and self.epoch < len(self.bounds) - 1:
-                r = self.rate(self.epoch)
-                nxt = self.bounds[self.epoch + 1]
-                need = (nxt - self.progress) / r
-                if now + need <= t:
-                    self._did(self.epoch, nxt - self.progress)
-                    self.progress = nxt
-                    self.epoch += 1
-                    now += need
-                else:
-                    self._did(self.epoch, r * (t - now))
-                    self.progress += r * (t - now)
-                    now = t
+            if now < t and self.epoch < last:
+                self.rate(self.epoch)  # fills self.rates
+                rates = self.rates
+                assert rates is not None
+                nr = len(rates) - 1
+                epoch, progress = self.epoch, self.progress
+                while now < t and epoch < last:
+                    r = float(rates[min(epoch, nr)])
+                    nxt = bounds[epoch + 1]
+                    need = (nxt - progress) / r
+                    key = (gt, sh, epoch)
+                    if now + need <= t:
+                        wbc[key] = wbc.get(key, 0.0) + (nxt - progress)
+                        progress = nxt
+                        epoch += 1
+                        now += need
+                    else:
+                        wbc[key] = wbc.get(key, 0.0) + r * (t - now)
+                        progress += r * (t - now)
+                        now = t
+                self.epoch, self.progress = epoch, progress
         self.updated = t
         self.view = None
 

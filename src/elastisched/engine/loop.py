@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from elastisched.core.events import Action, ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId
 from elastisched.engine.invariants import check
-from elastisched.engine.placer import place_with_free
+from elastisched.engine.placer import Changes, place_changes
 from elastisched.engine.reclaim import Reclaim, choose_returned, vacate
 from elastisched.policies.base import Policy, PolicyContext
 
@@ -39,18 +39,24 @@ def same_allocation(a: Allocation, b: Allocation) -> bool:
             and a.local_batch == b.local_batch and a.accumulation == b.accumulation)
 
 
-def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation]) -> tuple[Action, ...]:
-    """Actions that turn the current allocations of `snap` into `allocs`."""
+def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation], changes: Changes | None = None
+         ) -> tuple[Action, ...]:
+    """Actions that turn the current allocations of `snap` into `allocs` (`changes`: the placer's account of
+    which jobs changed, so that only those are looked at)."""
     actions: list[Action] = []
-    for jid, a in allocs.items():
-        cur = snap.jobs[jid].allocation
+    jobs = snap.jobs
+    items = allocs.items() if changes is None else ((jid, allocs[jid]) for jid in changes.changed)
+    for jid, a in items:
+        cur = jobs[jid].allocation
         if a is cur:
             continue
         if not cur.placement:
             actions.append(Action(ActionKind.LAUNCH, jid, a, cur))
         elif not same_allocation(cur, a):
             actions.append(Action(ActionKind.RESIZE, jid, a, cur))
-    for jid, job in snap.running_jobs().items():
+    running = snap.running_jobs()
+    stopping = running.items() if changes is None else ((jid, running[jid]) for jid in changes.released)
+    for jid, job in stopping:
         if job.allocation.placement and jid not in allocs:
             actions.append(Action(ActionKind.SUSPEND, jid, NO_ALLOCATION, job.allocation))
     return tuple(actions)
@@ -66,10 +72,10 @@ class Engine:
         t0 = time.perf_counter()
         decision = self.policy.schedule(snap, self.ctx)
         latency = time.perf_counter() - t0
-        placed, free = place_with_free(decision.allocations, snap)
+        placed, free, changes = place_changes(decision.allocations, snap)
         if self.check_invariants:
-            check(placed, snap, self.policy.elastic, free)
-        actions = diff(snap, placed)
+            check(placed, snap, self.policy.elastic, free, None if changes is None else changes.changed)
+        actions = diff(snap, placed, changes)
         if snap.reclaim_demand <= 0:
             return RoundResult(decision, placed, actions, latency)
         actions, rec = vacate(snap, actions, choose_returned(snap, decision.reclaim))

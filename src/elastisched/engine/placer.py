@@ -13,11 +13,12 @@ Free GPUs are tracked in a numpy array so one round costs O(jobs placed × nodes
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from elastisched.core.errors import InvariantViolation
-from elastisched.core.types import Allocation, ClusterSnapshot, JobId, NodeView
+from elastisched.core.types import Allocation, ClusterSnapshot, JobId, JobView, NodeView
 
 
 class NodeIndex:
@@ -58,46 +59,91 @@ def place(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot) -> dict[Job
 
 def place_with_free(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                     ) -> tuple[dict[JobId, Allocation], np.ndarray]:
-    """`place`, plus the free GPUs per node left afterwards (negative = over capacity).
+    """`place`, plus the free GPUs per node left afterwards (negative = over capacity)."""
+    placed, free, _ = place_changes(allocs, snap)
+    return placed, free
+
+
+def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
+                  ) -> tuple[dict[JobId, Allocation], np.ndarray, Changes | None]:
+    """`place_with_free`, plus what changed (None when the snapshot carries no `node_used`).
 
     When the snapshot carries `node_used`, allocations that are the very objects the jobs hold now are
-    taken as they are and cost nothing: a round costs O(changed jobs), not O(running jobs).
+    taken as they are and cost nothing: a round costs O(changed jobs), not O(running jobs); the `Changes`
+    let the invariant check and the diff look at the changed jobs alone.
     """
     idx = node_index(snap.nodes)
     out: dict[JobId, Allocation] = {}
     todo: list[tuple[JobId, Allocation]] = []
     incremental = snap.node_used is not None
-    if incremental:
+    jobs = snap.jobs
+    changes = Changes([], []) if incremental else None
+    if changes is not None:
         free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+        pos = idx.pos
         for jid, job in snap.running_jobs().items():
             if allocs.get(jid) is not job.allocation:  # changes or stops: release what it holds now
+                changes.released.append(jid)
                 for n, g in job.allocation.placement:
-                    i = idx.pos.get(n)
+                    i = pos.get(n)
                     if i is not None:
                         free[i] += g
+        for jid, a in allocs.items():  # the common case first: a job keeps the very allocation it holds
+            job = jobs.get(jid)
+            if job is not None and a is job.allocation:
+                if a.gpus > 0:
+                    out[jid] = a
+                continue
+            if a.gpus <= 0:
+                continue
+            a = _fixed(jid, a, job, idx, todo, free)
+            if a is not None:
+                out[jid] = a
+                changes.changed.append(jid)
+        changes.changed.extend(jid for jid, _ in todo)
     else:
         free = idx.capacity.copy()
-    for jid, a in allocs.items():
-        if a.gpus <= 0:
-            continue
-        job = snap.jobs.get(jid)
-        if incremental and job is not None and a is job.allocation:
-            out[jid] = a
-            continue
-        if a.is_open:
-            cur = job.allocation if job is not None else None
-            if (cur is not None and cur.placement and cur.gpus == a.num_gpus
-                    and all(n in idx.pos for n in cur.nodes)
-                    and (a.gpu_type is None or all(idx.types[idx.pos[n]] == a.gpu_type for n in cur.nodes))):
-                a = Allocation(cur.placement, 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)
-            else:
-                todo.append((jid, a))
+        for jid, a in allocs.items():
+            if a.gpus <= 0:
                 continue
-        for n, g in a.placement:
-            if n not in idx.pos:
-                raise InvariantViolation(f"job {jid}: placement names unknown node {n!r}")
-            free[idx.pos[n]] -= g
-        out[jid] = a
+            a = _fixed(jid, a, jobs.get(jid), idx, todo, free)
+            if a is not None:
+                out[jid] = a
+    _fill(todo, snap, idx, free, out)
+    return out, free, changes
+
+
+@dataclass(slots=True)
+class Changes:
+    """Jobs of a round whose allocation is not the very object they hold now: `changed` (placed, in the
+    order of the placed mapping) and `released` (running jobs that change or stop, in running order)."""
+
+    changed: list[JobId]
+    released: list[JobId]
+
+
+def _fixed(jid: JobId, a: Allocation, job: JobView | None, idx: NodeIndex, todo: list[tuple[JobId, Allocation]],
+           free: np.ndarray) -> Allocation | None:
+    """An allocation with nodes (rules 1 and 2), its GPUs taken from `free`; None when queued in `todo`."""
+    if a.is_open:
+        cur = job.allocation if job is not None else None
+        if (cur is not None and cur.placement and cur.gpus == a.num_gpus
+                and all(n in idx.pos for n in cur.nodes)
+                and (a.gpu_type is None or all(idx.types[idx.pos[n]] == a.gpu_type for n in cur.nodes))):
+            a = Allocation(cur.placement, 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)
+        else:
+            todo.append((jid, a))
+            return None
+    for n, g in a.placement:
+        if n not in idx.pos:
+            raise InvariantViolation(f"job {jid}: placement names unknown node {n!r}")
+        free[idx.pos[n]] -= g
+    return a
+
+
+def _fill(todo: list[tuple[JobId, Allocation]], snap: ClusterSnapshot, idx: NodeIndex, free: np.ndarray,
+          out: dict[JobId, Allocation]) -> None:
+    """Rule 3: place the open allocations in order, most free node first."""
     for jid, a in todo:
         job = snap.jobs.get(jid)
         types = (a.gpu_type,) if a.gpu_type else (job.spec.gpu_types if job is not None else ())
@@ -116,4 +162,3 @@ def place_with_free(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
             free[i] -= take
             need -= take
         out[jid] = Allocation(tuple(placement), 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)
-    return out, free

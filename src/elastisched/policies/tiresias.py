@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, PendingReason
-from elastisched.policies._common import can_ever_fit, fits, node_types, take
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, NodeView, PendingReason
+from elastisched.policies._common import can_ever_fit, fits, node_types
 from elastisched.policies.base import Policy, PolicyContext, register
 
 INF = float("inf")
@@ -35,6 +35,8 @@ class TiresiasPolicy(Policy):
         self.threshold = threshold_gpu_seconds
         self._q0: dict[str, None] = {}
         self._q1: dict[str, None] = {}
+        self._fit_for: tuple[NodeView, ...] | None = None  # node set that `_fit` was computed for
+        self._fit: dict[tuple[tuple[str, ...], int], bool] = {}  # (GPU types, GPUs) -> can ever fit
 
     def on_submit(self, spec: JobSpec, now: float) -> None:
         if spec.job_id not in self._q1:
@@ -58,41 +60,67 @@ class TiresiasPolicy(Policy):
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         self._sync(snap)
         now = snap.now
-        for jid in [j for j, v in snap.running_jobs().items() if j in self._q0 and v.attained(now) >= self.threshold]:
-            del self._q0[jid]
+        thr = self.threshold
+        q0 = self._q0
+        # attained(now) written out (`d if d > 0.0 else 0.0` is max(0.0, d)): this loop and the one below run
+        # for every running job every round
+        demote = []
+        for jid, v in snap.running_jobs().items():
+            if jid in q0:
+                d = now - v.updated_at
+                if v.attained_service + (d if d > 0.0 else 0.0) * v.allocation.gpus >= thr:
+                    demote.append(jid)
+        for jid in demote:
+            del q0[jid]
             self._q1[jid] = None
         free = snap.capacity_by_type()
-        capacity = snap.capacity_by_type()
+        if self._fit_for is not snap.nodes:  # can_ever_fit depends only on the node set: memoised per set
+            self._fit_for, self._fit = snap.nodes, {}
+        fit = self._fit
+        types_of = node_types(snap)
         total_free = sum(free.values())
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
         wake = INF
-        for q in (self._q0, self._q1):
+        jobs = snap.jobs
+        for q in (q0, self._q1):
+            first = q is q0
             for jid in q:
                 if total_free <= 0:
                     break
-                job = snap.jobs[jid]
-                need = job.spec.num_gpus
-                if not can_ever_fit(capacity, job.spec.gpu_types, need):
+                job = jobs[jid]
+                spec = job.spec
+                need = spec.num_gpus
+                key = (spec.gpu_types, need)
+                ok = fit.get(key)
+                if ok is None:
+                    ok = fit[key] = can_ever_fit(snap.capacity_by_type(), spec.gpu_types, need)
+                if not ok:
                     reasons[jid] = PendingReason.INFEASIBLE
                     continue
                 cur = job.allocation
                 if cur.gpus:
-                    t = node_types(snap)[cur.placement[0][0]]
+                    t = types_of[cur.placement[0][0]]
                     if free.get(t, 0) >= need:
                         allocs[jid] = cur
-                        take(free, snap, cur)
+                        for n, g in cur.placement:  # `take`, inlined
+                            tn = types_of.get(n)
+                            if tn is not None:
+                                free[tn] -= g
                         total_free -= need
-                        if q is self._q0:
-                            wake = min(wake, now + (self.threshold - job.attained(now)) / need)
+                        if first:
+                            d = now - job.updated_at
+                            w = now + (thr - (job.attained_service + (d if d > 0.0 else 0.0) * cur.gpus)) / need
+                            if w < wake:  # min(wake, w)
+                                wake = w
                         continue
-                t2 = fits(free, job.spec.gpu_types, need)
+                t2 = fits(free, spec.gpu_types, need)
                 if t2 is not None:
                     allocs[jid] = Allocation(num_gpus=need, gpu_type=t2)
                     free[t2] -= need
                     total_free -= need
-                    if q is self._q0:
-                        wake = min(wake, now + self.threshold / need)
+                    if first and now + thr / need < wake:
+                        wake = now + thr / need
                 else:
                     reasons[jid] = PendingReason.RESOURCES
         return Decision(allocs, reasons, next_round_at=wake)
