@@ -54,3 +54,17 @@ def test_gpus_go_to_the_job_that_scales() -> None:
     # by hand: one GPU each (3), then b gains nothing from a second GPU (fitted T = θ1 alone) and c has no
     # reading, so the other 5 go to a (cap 4 × 2 = 8 not reached)
     assert gpus == {"a": 6, "b": 1, "c": 1}
+
+
+def test_a_running_job_moved_to_another_type_does_not_keep_its_old_placement() -> None:
+    """Found by the conformance suite (hypothesis seeds 0, 1): a queued job earlier in order takes the only t4,
+    the running job is counted on the v100, and must not also keep its t4 placement (2 jobs on 1 GPU)."""
+    from elastisched.engine.placer import place_with_free
+
+    nodes = (NodeView("n0", "t4", 1, index=0), NodeView("n1", "v100", 1, index=1))
+    queued, running = _job("a", {}, 0), _job("b", {}, 1)
+    snap = ClusterSnapshot(10.0, nodes, {"a": queued, "b": running})
+    d = OptimusOnlinePolicy().schedule(snap, PolicyContext(seed=0))
+    assert {j: a.gpu_type or a.placement for j, a in d.allocations.items()} == {"a": "t4", "b": "v100"}
+    _, free = place_with_free(d.allocations, snap)  # raises InvariantViolation when two jobs share the one t4
+    assert (free >= 0).all()

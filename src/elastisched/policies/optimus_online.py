@@ -138,7 +138,9 @@ class OptimusOnlinePolicy(Policy):
         allocs: dict[str, Allocation] = {}
         for jid in sorted(n, key=lambda j: (n[j], order[j])):
             job = snap.jobs[jid]
-            same = job.allocation.gpus == n[jid] and job.allocation.placement
+            cur = job.allocation.placement
+            # keep the placement only if the count AND the type it was counted on are the ones it holds
+            same = cur and job.allocation.gpus == n[jid] and types[cur[0][0]] == gtype[jid]
             allocs[jid] = job.allocation if same else Allocation(num_gpus=n[jid], gpu_type=gtype[jid])
         return Decision(allocs, reasons)
 
