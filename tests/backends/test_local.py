@@ -205,6 +205,10 @@ _SIGTERM_ME = "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); t
     # a library worker that agreed on the stop and checkpointed: relaunch it
     ("from elastisched.train import runtime; ctx = runtime.init()\n" + _SIGTERM_ME
      + "ctx.stop_agreed = ctx.stop_requested\nctx.after_step()\nraise SystemExit(3)\n", "0 SIGTERM"),
+    # the same, with the SIGTERM sent to the worker itself (an operator, the OS), not through the wrapper
+    ("import os, signal; from elastisched.train import runtime; ctx = runtime.init()\n"
+     "os.kill(os.getpid(), signal.SIGTERM)\nctx.stop_agreed = ctx.stop_requested\nctx.after_step()\n",
+     "0 SIGTERM"),
 ])
 def test_wrap_tells_a_finished_worker_from_a_checkpointed_stop(tmp_path: Path, body: str, recorded: str) -> None:
     import subprocess

@@ -30,7 +30,8 @@ def settled_signals(got: set[str] | list[str], code: int, note_path: str) -> lis
     """The stop signals to record for a worker that exited with `code` after `got` were forwarded to it.
 
     A training-library worker writes "library" into the note at start and "checkpointed" on its stop path:
-    exit 0 with "library" means it finished its work and the signal came too late to matter.
+    exit 0 with "library" means it finished its work and the signal came too late to matter; exit 0 with
+    "checkpointed" means it stopped before the end, even when the signal reached it directly, not through us.
     """
     try:
         with open(note_path, encoding="utf-8") as f:
@@ -39,6 +40,8 @@ def settled_signals(got: set[str] | list[str], code: int, note_path: str) -> lis
         note = ""  # not the training library (or it never started): keep what was forwarded
     if code == 0 and note == "library":
         return []
+    if code == 0 and note == "checkpointed" and not got:
+        return ["SIGTERM"]  # stopped by a signal sent to the worker itself (not through us): still not finished
     return sorted(set(got))
 
 
