@@ -175,7 +175,10 @@ def test_pollux_job_changes_its_batch_from_its_gradient_statistics(service_facto
     a batch other than 64 can only come from the statistics the job measured."""
     svc = service_factory(cluster="1x1:cpu", policy="pollux", scripts_dir=ROOT,
                           extra=("--profiles", str(PROFILES), "--policy-interval", "1")).start()
-    n, epochs, log = 8192, 40, tmp_path / "p.jsonl"  # ~7 s at batch 64 here: rounds every 1 s see its hints
+    # ~20 s at batch 64 on a quiet machine: long enough that pollux, on a cold start (no fitted model or cached
+    # interpolation yet: seconds), still sees rounds of settled statistics before the job ends (at 40 epochs a
+    # cold start failed 1 run in 5)
+    n, epochs, log = 8192, 120, tmp_path / "p.jsonl"
     # lr 0.005: SGD settles close to the optimum, where the gradient noise scale is thousands of samples (at the
     # example's lr 0.05 it stays ~260, where pollux's goodput-optimal batch on this machine's profile is 64)
     args = ["--epochs", str(epochs), "--n", str(n), "--batch-size", "64", "--stats-interval", "4", "--lr", "0.005",
