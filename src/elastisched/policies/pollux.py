@@ -51,6 +51,7 @@ from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobVie
 from elastisched.models.application import Application
 from elastisched.models.goodput import GoodputFunction, PerfParams, fit_perf_params, speedup_table
 from elastisched.models.pollux_ga import AllocationProblem, search
+from elastisched.policies._common import job_model
 from elastisched.policies.base import Policy, PolicyContext, register
 
 RESTART_DELAY = 30.0  # seconds the restart factor charges per restart (artifact `delay = 30`)
@@ -88,14 +89,6 @@ class PolluxPolicy(Policy):
         self._tables: dict[str, tuple[tuple[Any, ...], np.ndarray]] = {}  # job → (inputs, speedup table)
 
     # ------------------------------------------------------------------ learning from what jobs ran
-    @staticmethod
-    def _app(job: JobView, ctx: PolicyContext) -> Application | None:
-        if job.model is not None:
-            return job.model  # type: ignore[no-any-return]
-        if ctx.perf is not None and job.spec.application in ctx.perf:
-            return ctx.perf.app(job.spec.application)
-        return None
-
     def _observe(self, snap: ClusterSnapshot, job: JobView, app: Application, types: dict[str, str]) -> None:
         """Record the configuration a running job has run at since its last (re)start (artifact `update_params`)."""
         a = job.allocation
@@ -152,7 +145,7 @@ class PolluxPolicy(Policy):
             self._grad.pop(jid, None)
         if not snap.jobs or not snap.nodes:
             return Decision({}, {jid: PendingReason.RESOURCES for jid in snap.jobs})
-        apps = {jid: self._app(j, ctx) for jid, j in snap.jobs.items()}
+        apps = {jid: job_model(j, ctx) for jid, j in snap.jobs.items()}
         for jid, job in snap.jobs.items():
             app = apps[jid]
             if app is not None and job.allocation.placement:

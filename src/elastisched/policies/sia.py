@@ -55,7 +55,7 @@ from elastisched.models.sia_goodput import (
     optimize_batch,
     sia_configs,
 )
-from elastisched.policies._common import node_types
+from elastisched.policies._common import job_model, node_types
 from elastisched.policies.base import Policy, PolicyContext, register
 
 #: seconds lost per restart in the restart factor (artifact `sia.py::get_restart_penalty`, measured)
@@ -130,14 +130,6 @@ class SiaPolicy(Policy):
                 m.observed[t] = {(int(n), int(r), int(b)): (float(st), float(sy)) for n, r, b, st, sy in pts}
 
     # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def _app(job: JobView, ctx: PolicyContext) -> Application | None:
-        if job.model is not None:
-            return job.model  # type: ignore[no-any-return]
-        if ctx.perf is not None and job.spec.application in ctx.perf:
-            return ctx.perf.app(job.spec.application)
-        return None
-
     def _ratio(self, app: Application, src: str, dst: str) -> float:
         key = (id(app), src, dst)
         r = self._ratio_cache.get(key)
@@ -244,7 +236,7 @@ class SiaPolicy(Policy):
         reasons: dict[JobId, PendingReason] = {}
         extra_cols: list[tuple[int, str, int, float]] = []  # rigid jobs: (job row, type, GPUs, value)
         for jid, job in snap.jobs.items():
-            app = self._app(job, ctx)
+            app = job_model(job, ctx)
             allowed = tuple(t for t in lay.types if (not job.spec.gpu_types or t in job.spec.gpu_types)
                             and (app is None or t in app.gpu_types)
                             and lay.capacity.get(t, 0) >= (1 if app else job.spec.num_gpus))
