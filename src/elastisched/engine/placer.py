@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from elastisched.core.errors import InvariantViolation
-from elastisched.core.types import Allocation, ClusterSnapshot, JobId, JobView, NodeView
+from elastisched.core.types import Allocation, ClusterSnapshot, JobId, JobView, KeptAllocations, NodeView
 
 
 class NodeIndex:
@@ -61,11 +61,11 @@ def place_with_free(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                     ) -> tuple[dict[JobId, Allocation], np.ndarray]:
     """`place`, plus the free GPUs per node left afterwards (negative = over capacity)."""
     placed, free, _ = place_changes(allocs, snap)
-    return placed, free
+    return placed if isinstance(placed, dict) else dict(placed), free
 
 
 def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
-                  ) -> tuple[dict[JobId, Allocation], np.ndarray, Changes | None]:
+                  ) -> tuple[Mapping[JobId, Allocation], np.ndarray, Changes | None]:
     """`place_with_free`, plus what changed (None when the snapshot carries no `node_used`).
 
     When the snapshot carries `node_used`, allocations that are the very objects the jobs hold now are
@@ -78,6 +78,20 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
     incremental = snap.node_used is not None
     jobs = snap.jobs
     changes = Changes([], []) if incremental else None
+    if changes is not None and isinstance(allocs, KeptAllocations) and allocs.running is snap.running_jobs():
+        # every running job keeps what it holds (nothing released): only the added jobs are looked at
+        free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+        added: dict[JobId, Allocation] = {}
+        for jid, a in allocs.added.items():
+            if a.gpus <= 0:
+                continue
+            a = _fixed(jid, a, jobs.get(jid), idx, todo, free)
+            if a is not None:
+                added[jid] = a
+                changes.changed.append(jid)
+        changes.changed.extend(jid for jid, _ in todo)
+        _fill(todo, snap, idx, free, added)
+        return KeptAllocations(allocs.running, added), free, changes
     if changes is not None:
         free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
         pos = idx.pos

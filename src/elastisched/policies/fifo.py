@@ -10,7 +10,7 @@ reach the head).
 
 from __future__ import annotations
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, PendingReason
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, KeptAllocations, PendingReason
 from elastisched.policies._common import can_ever_fit, fits
 from elastisched.policies.base import Policy, PolicyContext, register
 
@@ -26,7 +26,7 @@ class FifoPolicy(Policy):
         free = snap.free_by_type()
         capacity = snap.capacity_by_type()
         running = snap.running_jobs()
-        allocs: dict[str, Allocation] = {jid: j.allocation for jid, j in running.items()}
+        added: dict[str, Allocation] = {}  # every running job keeps its allocation (non-preemptive)
         reasons: dict[str, PendingReason] = {}
         for jid, job in snap.jobs.items():
             if jid in running:
@@ -37,9 +37,9 @@ class FifoPolicy(Policy):
                 continue
             t = fits(free, spec.gpu_types, spec.num_gpus)
             if t is not None:
-                allocs[jid] = Allocation(num_gpus=spec.num_gpus, gpu_type=t)
+                added[jid] = Allocation(num_gpus=spec.num_gpus, gpu_type=t)
                 free[t] -= spec.num_gpus
                 continue
             reasons[jid] = PendingReason.RESOURCES
             break  # everyone behind the blocked head waits for it (PRIORITY, the default reason)
-        return Decision(allocs, reasons)
+        return Decision(KeptAllocations(running, added), reasons)
