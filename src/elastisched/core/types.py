@@ -7,7 +7,7 @@ so that the same snapshot can be replayed for debugging or determinism checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import chain
@@ -193,9 +193,10 @@ class ClusterSnapshot:
 
     `jobs` holds every active (submitted, unfinished) job in submission order. It is read-only and valid for
     the round: a policy must not keep it (the simulator reuses its storage to stay O(changes) per round).
-    `running`, `free` (free GPUs per type) and `node_used` (GPUs in use per node, in `nodes` order) are
-    engine-owned aggregates a backend may pass so that policies and the placer need not recompute them from
-    `jobs`; when absent they are derived.
+    `running`, `free` (free GPUs per type), `node_used` (GPUs in use per node, in `nodes` order) and `pending`
+    (a function giving the jobs without GPUs, in submission order, computed on demand) are engine-owned
+    aggregates a backend may pass so that policies and the placer need not recompute them from `jobs`; when
+    absent they are derived.
     `reclaim_demand` is the number of loanable (inference) servers that must be returned now (Lyra); the
     policy answers with `Decision.reclaim`.
     """
@@ -207,6 +208,7 @@ class ClusterSnapshot:
     running: Mapping[JobId, JobView] | None = None
     free: Mapping[str, int] | None = None
     node_used: Sequence[int] | None = None
+    pending: Callable[[], Mapping[JobId, JobView]] | None = None
 
     def job(self, job_id: JobId) -> JobView:
         return self.jobs[job_id]
@@ -216,6 +218,13 @@ class ClusterSnapshot:
         if self.running is not None:
             return self.running
         return {jid: j for jid, j in self.jobs.items() if j.allocation.gpus}
+
+    def pending_jobs(self) -> Mapping[JobId, JobView]:
+        """Jobs not holding GPUs now, in submission order (the order of `jobs`)."""
+        if self.pending is not None:
+            return self.pending()
+        running = self.running_jobs()
+        return {jid: j for jid, j in self.jobs.items() if jid not in running}
 
     def free_by_type(self) -> dict[str, int]:
         """Free GPUs per type now (a fresh dict the caller may modify)."""
