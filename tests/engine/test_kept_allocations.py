@@ -7,7 +7,9 @@ from __future__ import annotations
 from types import MappingProxyType
 
 import numpy as np
+import pytest
 
+from elastisched.core.errors import InvariantViolation
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, KeptAllocations, NodeView
 from elastisched.engine.placer import place_changes
 
@@ -42,3 +44,11 @@ def test_same_as_plain_dict() -> None:
     assert ch_fast is not None and ch_slow is not None
     assert ch_fast.changed == ch_slow.changed == ["j3", "j2"] and ch_fast.released == ch_slow.released == []
     assert fast["j2"].placement == (("n2", 2), ("n0", 1))  # most free node first: n2 (2 after j3), then n0
+
+
+def test_open_allocation_larger_than_free_names_what_is_free() -> None:
+    snap = _snap()  # 4 GPUs free: 1 on n0, 3 on n2
+    with pytest.raises(InvariantViolation, match=r"job j2: asks 5 GPUs of types any, only 4 free"):
+        place_changes({k: v.allocation for k, v in snap.running_jobs().items()} | {"j2": Allocation(num_gpus=5)}, snap)
+    with pytest.raises(InvariantViolation, match=r"only 4 free"):
+        place_changes(KeptAllocations(snap.running_jobs(), {"j2": Allocation(num_gpus=5)}), snap)

@@ -164,15 +164,16 @@ def _fill(todo: list[tuple[JobId, Allocation]], snap: ClusterSnapshot, idx: Node
         m = idx.mask(types)
         avail = free.copy() if m is None else np.where(m, free, 0)
         need = a.num_gpus
-        if int(avail.clip(min=0).sum()) < need:
-            raise InvariantViolation(f"job {jid}: asks {need} GPUs of types {types or 'any'}, "
-                                     f"only {int(avail.clip(min=0).sum())} free")
         placement: list[tuple[str, int]] = []
         while need > 0:
             i = int(np.argmax(avail))  # first maximum = lowest index among the most free
-            take = int(min(avail[i], need))
+            have = int(avail[i])
+            if have <= 0:  # what it took so far was all there was (`free` is the caller's scratch copy)
+                raise InvariantViolation(f"job {jid}: asks {a.num_gpus} GPUs of types {types or 'any'}, "
+                                         f"only {a.num_gpus - need} free")
+            take = have if have < need else need
             placement.append((snap.nodes[i].node_id, take))
-            avail[i] -= take
+            avail[i] = have - take
             free[i] -= take
             need -= take
         out[jid] = Allocation(tuple(placement), 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)

@@ -100,13 +100,17 @@ class TiresiasPolicy(Policy):
                     continue
                 cur = job.allocation
                 if cur.gpus:
-                    t = types_of[cur.placement[0][0]]
+                    pl = cur.placement
+                    t = types_of[pl[0][0]]
                     if free.get(t, 0) >= need:
                         allocs[jid] = cur
-                        for n, g in cur.placement:  # `take`, inlined
-                            tn = types_of.get(n)
-                            if tn is not None:
-                                free[tn] -= g
+                        if len(pl) == 1:  # `take`, inlined; one node (most jobs): its type is `t`
+                            free[t] -= pl[0][1]
+                        else:
+                            for n, g in pl:
+                                tn = types_of.get(n)
+                                if tn is not None:
+                                    free[tn] -= g
                         total_free -= need
                         if first:
                             d = now - job.updated_at
