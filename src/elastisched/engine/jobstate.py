@@ -293,9 +293,10 @@ class JobState:
             return now
         self.rate(e)
         assert self.rates is not None
-        work = np.diff(self.bounds_arr[e:])
-        work[0] = self.bounds_arr[e + 1] - self.progress
-        return now + float(np.sum(work / self.rates[e:last]))
+        b = self.bounds_arr
+        work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
+        work[0] = b[e + 1] - self.progress
+        return now + float((work / self.rates[e:last]).sum())
 
     def phase(self, now: float) -> JobPhase:
         if self.end_time is not None:

@@ -142,8 +142,8 @@ def _fixed(jid: JobId, a: Allocation, job: JobView | None, idx: NodeIndex, todo:
     if a.is_open:
         cur = job.allocation if job is not None else None
         if (cur is not None and cur.placement and cur.gpus == a.num_gpus
-                and all(n in idx.pos for n in cur.nodes)
-                and (a.gpu_type is None or all(idx.types[idx.pos[n]] == a.gpu_type for n in cur.nodes))):
+                and all(n in idx.pos for n, _ in cur.placement)
+                and (a.gpu_type is None or all(idx.types[idx.pos[n]] == a.gpu_type for n, _ in cur.placement))):
             a = Allocation(cur.placement, 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)
         else:
             todo.append((jid, a))

@@ -145,22 +145,31 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, fl
         return out
     log = j.work_by_config if isinstance(j.work_by_config, WorkLog) else WorkLog(j.work_by_config)
     configs, which, epoch, work_done = log.arrays()
-    per_entry, priced = np.zeros(len(work_done)), np.zeros(len(work_done), dtype=bool)
-    for c, (t, shape) in enumerate(configs):
+    if len(configs) == 1:  # one configuration all along (most jobs): the same divisions, without the masks
+        t, shape = configs[0]
         if t in app.profile.throughput and shape:
             r = best_batch_rates(app, t, shape, j.spec.batch_size)
-            m = which == c
-            per_entry[m] = work_done[m] / r[np.minimum(epoch[m], len(r) - 1)]
-            priced |= m
-    per_entry = per_entry[priced]
+            per_entry = work_done / r[np.minimum(epoch, len(r) - 1)]
+        else:
+            per_entry = work_done[:0]
+    else:
+        per_entry, priced = np.zeros(len(work_done)), np.zeros(len(work_done), dtype=bool)
+        for c, (t, shape) in enumerate(configs):
+            if t in app.profile.throughput and shape:
+                r = best_batch_rates(app, t, shape, j.spec.batch_size)
+                m = which == c
+                per_entry[m] = work_done[m] / r[np.minimum(epoch[m], len(r) - 1)]
+                priced |= m
+        per_entry = per_entry[priced]
     # the same divisions, summed one after another in the log's order (add.accumulate is sequential)
     at_best_batch = float(np.add.accumulate(per_entry)[-1]) if len(per_entry) else 0.0
     t = max(j.gpu_seconds_by_type, key=lambda k: j.gpu_seconds_by_type[k])
     if t not in app.profile.throughput:
         return out
     best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *per_node.get(t, (1, 1)))
-    work = np.diff(j.bounds_arr)
-    best = float(np.sum(work / best_r[np.minimum(np.arange(len(work)), len(best_r) - 1)]))
+    bounds = j.bounds_arr
+    work = bounds[1:] - bounds[:-1]  # np.diff, and np.sum below, without their wrappers: same arithmetic
+    best = float((work / best_r[np.minimum(np.arange(len(work)), len(best_r) - 1)]).sum())
     out |= {"best": best, "loss_batch": running - at_best_batch, "loss_gpus": at_best_batch - best}
     return out
 

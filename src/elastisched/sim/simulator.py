@@ -274,7 +274,7 @@ class Simulator:
         reconfigure = self.cfg.reconfigure_cost
         if reconfigure is None and self.policy.batch_in_place:
             reconfigure = 0.0
-        job.apply(alloc, self.now, {n: self.nodes[pos[n]].gpu_type for n in alloc.nodes}, restart,
+        job.apply(alloc, self.now, {n: self.nodes[pos[n]].gpu_type for n, _ in alloc.placement}, restart,
                   self.cfg.resize_cost, reconfigure)
         self._account(alloc, +1)
         self.running[jid] = job
@@ -315,7 +315,7 @@ class Simulator:
                 if not job.allocation.placement:
                     continue  # already preempted by the reclaim
                 job.preemptions += 1
-            elif act.allocation.placement and any(n not in self._node_pos() for n in act.allocation.nodes):
+            elif act.allocation.placement and any(n not in self._node_pos() for n, _ in act.allocation.placement):
                 # placed on a node that was just returned: the job waits for the next round, and gives up
                 # what it holds now, which the decision has handed to other jobs
                 if job.allocation.placement:
