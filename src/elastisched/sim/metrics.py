@@ -18,6 +18,7 @@ allocation is priced as data parallel). Per policy (summary): GPU-hours running,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -117,10 +118,52 @@ def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_no
     servers (balanced over k servers; spreading can beat packing on T4) and the best batch: the best over
     the batch grid (shared by all jobs of the application) and over the job's own batch."""
     shapes = _shapes(cap, per_node, nodes)
+    grid_batches = _batch_grid(app.init_batch_size, app.max_batch_size)
     grid = _cached((app.name, gpu_type, cap, per_node, nodes), lambda: _elementwise_max(
-        [_grid_rates(app, gpu_type, sh) for sh in shapes]))
+        _by_count(app, gpu_type, cap, grid_batches, per_node, nodes)
+        or [_grid_rates(app, gpu_type, sh) for sh in shapes]))
     return _cached((app.name, gpu_type, cap, own_batch, per_node, nodes), lambda: _elementwise_max(
-        [grid, *(_rate(app, gpu_type, sh, own_batch) for sh in shapes)]))
+        [grid, *(_by_count(app, gpu_type, cap, (own_batch,), per_node, nodes)
+                 or [_rate(app, gpu_type, sh, own_batch) for sh in shapes])]))
+
+
+_GROUPS: dict[tuple[Any, ...], np.ndarray | None] = {}
+
+
+def _by_count(app: Application, gpu_type: str, cap: int, batches: tuple[int, ...], per_node: int, nodes: int
+              ) -> list[np.ndarray] | None:
+    """The candidates of `best_rates` for `batches`, one per (GPU count, batch) instead of one per shape: the
+    shapes of g GPUs share the batch configuration and so the gains, and gains / t is largest at the least
+    iteration time t (a correctly rounded division by a positive number is monotone), so their per-epoch
+    maximum is gains / min t, the very same numbers. None (the caller takes every shape) when a time is
+    not positive and finite or a gain not positive, where that no longer holds."""
+    out = []
+    for b in batches:
+        for g in range(1, cap + 1):
+            key = (app.name, gpu_type, g, b, per_node, nodes)
+            if key not in _GROUPS:
+                if len(_GROUPS) > 200_000:
+                    _GROUPS.clear()
+                _GROUPS[key] = _count_rate(app, gpu_type, g, b, per_node, nodes)
+            r = _GROUPS[key]
+            if r is None:
+                return None
+            out.append(r)
+    return out
+
+
+def _count_rate(app: Application, gpu_type: str, g: int, batch: int, per_node: int, nodes: int) -> np.ndarray | None:
+    cfg = app.batch_config(g, int(batch))
+    least = math.inf
+    for k in range(-(-g // per_node), min(g, nodes) + 1):  # the balanced shapes of g GPUs, as `_shapes`
+        t = app.iteration_time(gpu_type, _balanced(g, k), cfg)
+        if not 0.0 < t < math.inf:
+            return None
+        least = min(least, t)
+    gains = app.efficiency.gains(cfg.global_batch)
+    if least == math.inf or not bool(np.all(gains > 0)):
+        return None
+    return gains / least
 
 
 def _elementwise_max(rates: list[np.ndarray]) -> np.ndarray:
