@@ -243,7 +243,8 @@ class JobState:
         types = set(node_types.values())
         known = app is not None and all(t in app.profile.throughput for t in types)
         self.gpu_type = running_type(app, types) if known and app is not None else min(types)
-        self.shape = tuple(g for _, g in alloc.placement)
+        pl = alloc.placement
+        self.shape = (pl[0][1],) if len(pl) == 1 else tuple([g for _, g in pl])
         gpus = alloc.gpus
         batch = alloc.batch_size or self.spec.batch_size
         self.allocation = alloc
