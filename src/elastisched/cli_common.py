@@ -7,10 +7,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from elastisched.core.errors import ElastischedError
 
@@ -26,6 +26,37 @@ _TYPE_RICH = typer.core.TyperOption.display_type_rich
 typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
+class _PlainParam:
+    """Coercion of a parameter's value where it needs none. Typer ≥ 0.2x coerces every value through a pydantic
+    TypeAdapter, and importing pydantic and building the adapters costs more CPU than a whole simulated Pollux
+    workload. Typer returns None for a missing single value before using the adapter, a `str` adapter returns
+    text unchanged (its validator is `str(value)`) and a `bool` one a bool; so those values are returned as
+    they are, and any other goes to Typer's own coercion (built on first need)."""
+
+    def __init__(self, param: Any) -> None:
+        self._param = param
+
+    def coerce(self, value: Any, param: Any, ctx: typer.Context) -> Any:
+        annotation = self._param.type_descriptor.annotation
+        if not (param.multiple or param.nargs == -1) and (
+                value is None or (annotation in (str, bool) and type(value) is annotation)):
+            return value
+        return _RUNTIME_PARAM(self._param).coerce(value, param=param, ctx=ctx)
+
+
+def _runtime_param(self: Any) -> Any:
+    desc = self.type_descriptor
+    if self._runtime_param is None and desc.file_annotation is None and desc.parameter_info.parser is None:
+        return _PlainParam(self)
+    return _RUNTIME_PARAM(self)
+
+
+_PARAM = getattr(typer.core, "_TyperParameter", None)
+_RUNTIME_PARAM = getattr(_PARAM, "get_runtime_param", None)
+if _RUNTIME_PARAM is not None:  # Typer versions without adapters need nothing
+    _PARAM.get_runtime_param = _runtime_param  # type: ignore[union-attr]
+
+
 @contextmanager
 def errors() -> Iterator[None]:
     try:
@@ -37,7 +68,19 @@ def errors() -> Iterator[None]:
 
 @contextmanager
 def progress_bars() -> Iterator[Callable[[str], Callable[[float, int, int], None]]]:
-    """A factory of per-task progress callbacks (sim time, finished jobs, total jobs), one bar per task."""
+    """A factory of per-task progress callbacks (sim time, finished jobs, total jobs), one bar per task.
+
+    Where stderr is no terminal the bars are transient and never drawn (rich draws a live display only on a
+    terminal), so no display is built at all: no rich.progress import and no refresh thread; what rich's
+    `Progress.stop` writes there, one empty line, is still written."""
+    if not (console.is_terminal or console.is_jupyter or sys.stderr.isatty()):
+        try:
+            yield lambda name: _no_progress
+        finally:
+            console.print()
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} jobs"),
                   TextColumn("sim t={task.fields[t]}"), TimeElapsedColumn(), console=console,
                   transient=not sys.stderr.isatty()) as prog:
@@ -48,3 +91,7 @@ def progress_bars() -> Iterator[Callable[[str], Callable[[float, int, int], None
                 prog.update(task, completed=done, total=total, t=f"{t / 3600:.1f}h")
             return update
         yield factory
+
+
+def _no_progress(t: float, done: int, total: int) -> None:
+    """The progress callback where nothing is displayed."""

@@ -1,0 +1,48 @@
+"""The lazy policy registry: `policies.BUILTIN` names every built-in policy's module, a policy is found by
+name after importing its module alone, and the set of names equals what the modules register."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from elastisched.core.errors import UnknownPolicyError
+from elastisched.policies import BUILTIN
+from elastisched.policies.base import is_registered, make_policy, registered, unknown_policy_hint
+
+
+def test_table_matches_what_the_modules_register() -> None:
+    assert sorted(BUILTIN) == sorted(registered())
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+def test_each_policy_loads_its_own_module_only(name: str) -> None:
+    code = (f"import json, sys; from elastisched.policies.base import make_policy; p = make_policy({name!r});"
+            f" assert p.name == {name!r}, p.name;"
+            " print(json.dumps(sorted(m for m in sys.modules if m.startswith('elastisched.policies.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    loaded = {m.rsplit(".", 1)[1] for m in json.loads(out.stdout)}
+    others = {m for n, m in BUILTIN.items() if n != name} - {BUILTIN[name]}
+    # a policy module may import a helper policy module (jabas_scaled subclasses jabas), never all of them
+    assert BUILTIN[name] in loaded
+    assert len(loaded & others) <= 1, sorted(loaded & others)
+
+
+def test_unknown_name_still_lists_every_policy() -> None:
+    assert not is_registered("tiresia")
+    hint = unknown_policy_hint("tiresia")
+    assert "did you mean 'tiresias'" in hint
+    assert all(n in hint for n in BUILTIN)
+    with pytest.raises(UnknownPolicyError, match="did you mean 'tiresias'"):
+        make_policy("tiresia")
+
+
+def test_package_attribute_imports_the_module() -> None:
+    import elastisched.policies as pkg
+
+    assert pkg.fifo.__name__ == "elastisched.policies.fifo"
+    with pytest.raises(AttributeError):
+        _ = pkg.no_such_policy
