@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from elastisched import __version__
 from elastisched.cli_common import console, progress_bars
@@ -52,6 +50,9 @@ def version() -> None:
 @app.command("policies")
 def policies_cmd(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """List the registered scheduling policies."""
+    from rich.console import Console
+    from rich.table import Table
+
     from elastisched.policies.base import registered
 
     pols = registered()
@@ -109,6 +110,9 @@ def sim_compare(workload: WorkloadOpt, out: SimOutOpt = "results/compare",
         write_files(out_path, files)
         for name, r in results.items():
             write_run(out_path / name, r)
+    from rich.console import Console
+    from rich.table import Table
+
     t = Table("policy", "avg JCT (s)", "p95 JCT (s)", "avg queue (s)", "util", "restarts", "wall (s)")
     for name, r in results.items():
         m = r.summary

@@ -155,6 +155,14 @@ def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
     return min(p[i:] + p[:i] for i in range(len(p)))
 
 
+@lru_cache(maxsize=65536)
+def _placement_key(placement: tuple[int, ...]) -> tuple[tuple[int, ...], str | None]:
+    """(canonical placement, its key among the measured placements, None for a count ≥ 10 on a node), once per
+    placement: the step-time memo is per (placement, batch), and a placement is asked at many batches."""
+    p = canonical_placement(placement)
+    return p, "".join(map(str, p)) if all(x < 10 for x in p) else None
+
+
 class ProfileInterpolator:
     """Piecewise-linear interpolation of measured (step, sync) times over (nodes, replicas, local batch).
 
@@ -232,10 +240,9 @@ class ThroughputModel:
         self.step_sync = lru_cache(maxsize=65536)(self._step_sync)
 
     def _step_sync(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
-        p = canonical_placement(placement)
+        p, key = _placement_key(placement)
         if not p:
             raise ValueError("empty placement")
-        key = "".join(map(str, p)) if all(x < 10 for x in p) else None
         if key is not None and key in self._by_placement:
             bs, step, sync = self._by_placement[key]
             if bs[0] <= local_bsz <= bs[-1]:
