@@ -132,19 +132,32 @@ def cached_fit(pts: np.ndarray, vals: np.ndarray) -> PolluxParams:
 
 def group_means(keys: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique key rows, per-group means of the values), computed as pandas' `groupby(keys).mean()`
-    does (Kahan-compensated sums in row order, then sum / count), so the numbers are bit-identical."""
-    groups: dict[tuple[float, ...], list[list[float]]] = {}  # key -> [sum, compensation, count] per value
-    for i, k in enumerate(zip(*(c.tolist() for c in keys), strict=True)):
-        acc = groups.setdefault(k, [[0.0, 0.0, 0] for _ in values])
-        for a, col in zip(acc, values, strict=True):
-            y = float(col[i]) - a[1]
-            t = a[0] + y
-            a[1] = t - a[0] - y
-            a[0] = t
-            a[2] += 1
-    order = sorted(groups)
-    return (np.array(order, dtype=float).reshape(len(order), len(keys)),
-            np.array([[a[0] / a[2] for a in groups[k]] for k in order], dtype=float).reshape(len(order), len(values)))
+    does (Kahan-compensated sums in row order, then sum / count), so the numbers are bit-identical. The
+    compensated sums run for all groups at once, one step per row rank within a group (elementwise float64
+    arithmetic: the same operations in the same order as row by row)."""
+    rows = list(zip(*(c.tolist() for c in keys), strict=True))
+    ids: dict[tuple[float, ...], int] = {}
+    gid = np.array([ids.setdefault(k, len(ids)) for k in rows], dtype=np.intp)
+    order = sorted(ids)
+    if not rows:
+        return np.zeros((0, len(keys))), np.zeros((0, len(values)))
+    counts = np.bincount(gid, minlength=len(ids))
+    by_group = np.argsort(gid, kind="stable")  # rows of group 0 in row order, then group 1, ...
+    rank = np.arange(len(rows)) - np.concatenate([[0], np.cumsum(counts)[:-1]])[gid[by_group]]
+    means = np.empty((len(ids), len(values)))
+    for j, col in enumerate(values):
+        grid = np.zeros((len(ids), int(counts.max())))
+        grid[gid[by_group], rank] = np.asarray(col, dtype=float)[by_group]
+        total, comp = np.zeros(len(ids)), np.zeros(len(ids))
+        for r in range(grid.shape[1]):
+            live = counts > r
+            y = grid[:, r] - comp
+            t = total + y
+            comp = np.where(live, t - total - y, comp)
+            total = np.where(live, t, total)
+        means[:, j] = total / counts
+    perm = [ids[k] for k in order]
+    return np.array(order, dtype=float).reshape(len(order), len(keys)), means[perm].reshape(len(order), len(values))
 
 
 def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
