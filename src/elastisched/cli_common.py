@@ -7,14 +7,34 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 
 from elastisched.core.errors import ElastischedError
 
-console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    console: Console
+
+_CONSOLE: list[Console] = []
+
+
+def _console() -> Console:
+    """The stderr console, made on first use: a client command that prints through `typer.echo` never imports
+    rich.console."""
+    if not _CONSOLE:
+        from rich.console import Console
+
+        _CONSOLE.append(Console(stderr=True))
+    return _CONSOLE[0]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "console":
+        return _console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _flag_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
@@ -62,7 +82,7 @@ def errors() -> Iterator[None]:
     try:
         yield
     except ElastischedError as e:
-        console.print(f"[red]error:[/red] {e}")
+        _console().print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
 
 
@@ -73,6 +93,7 @@ def progress_bars() -> Iterator[Callable[[str], Callable[[float, int, int], None
     Where stderr is no terminal the bars are transient and never drawn (rich draws a live display only on a
     terminal), so no display is built at all: no rich.progress import and no refresh thread; what rich's
     `Progress.stop` writes there, one empty line, is still written."""
+    console = _console()
     if not (console.is_terminal or console.is_jupyter or sys.stderr.isatty()):
         try:
             yield lambda name: _no_progress
