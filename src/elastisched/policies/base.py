@@ -81,8 +81,14 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
+_ALL_LOADED: list[bool] = []
+
+
 def _load_builtin() -> None:
-    """Import every module of the package: each built-in policy registers itself (discovery, not a dependency)."""
+    """Import every module of the package (once): each built-in policy registers itself (discovery, not a
+    dependency)."""
+    if _ALL_LOADED:
+        return
     import importlib
     import pkgutil
 
@@ -91,6 +97,7 @@ def _load_builtin() -> None:
     for m in pkgutil.iter_modules(pkg.__path__):
         if not m.name.startswith("_") and m.name != "base":
             importlib.import_module(f"{pkg.__name__}.{m.name}")
+    _ALL_LOADED.append(True)
 
 
 def _load(name: str) -> None:
@@ -109,7 +116,8 @@ def _load(name: str) -> None:
 
 
 def is_registered(name: str) -> bool:
-    """Whether `make_policy(name)` will find a policy (imports at most that policy's module)."""
+    """Whether `make_policy(name)` will find a policy (imports that policy's module alone when it is a built-in,
+    every policy module when the name is unknown)."""
     _load(name)
     return name in _REGISTRY
 
