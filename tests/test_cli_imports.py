@@ -45,3 +45,29 @@ def test_help_and_client_import_no_numpy() -> None:
     mods = modules_after(["ls", "--server", "http://127.0.0.1:9"], dict(os.environ))
     assert "httpx" in _top(mods)
     assert not _top(mods) & (heavy | {"click", "pygments"})
+
+
+def test_plain_values_coerce_as_typer_does() -> None:
+    """The shortcut returns what Typer's own (pydantic) coercion returns, for every option of every command."""
+    import typer.main
+
+    from elastisched import cli_common
+    from elastisched.cli import app
+
+    ctx = typer.Context(typer.main.get_command(app))
+    checked = 0
+    stack = [typer.main.get_command(app)]
+    while stack:
+        cmd = stack.pop()
+        stack.extend(getattr(cmd, "commands", {}).values())
+        for param in cmd.params:
+            annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+            samples = {str: ["x", "", "1_000", "nan"], bool: [True, False]}.get(annotation, [])
+            for value in [None, *samples]:
+                if param.multiple or param.nargs == -1:
+                    continue
+                fast = cli_common._PlainParam(param).coerce(value, param=param, ctx=ctx)
+                own = cli_common._RUNTIME_PARAM(param).coerce(value, param=param, ctx=ctx)
+                assert type(fast) is type(own) and fast == own, (cmd.name, param.name, value)
+                checked += 1
+    assert checked > 100

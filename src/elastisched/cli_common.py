@@ -65,8 +65,10 @@ class _PlainParam:
 
 
 def _runtime_param(self: Any) -> Any:
-    desc = self.type_descriptor
-    if self._runtime_param is None and desc.file_annotation is None and desc.parameter_info.parser is None:
+    desc = getattr(self, "type_descriptor", None)  # Typer's internals: anything unexpected goes to Typer's own
+    if getattr(self, "_runtime_param", 0) is None and getattr(desc, "file_annotation", 0) is None \
+            and getattr(getattr(desc, "parameter_info", None), "parser", 0) is None \
+            and hasattr(desc, "annotation"):
         return _PlainParam(self)
     return _RUNTIME_PARAM(self)
 
