@@ -26,13 +26,13 @@ DEFAULTS: dict[str, Any] = {
     "bootstrap": True, "start": "one", "growth": "double", "samples": False, "fitness": "gpu_time",
     "require_history": False, "scale_in": "passed_over", "delta_reset": "changed", "refresh_keep_first": False,
     "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
-    "quiet_s": 0.0, "hold_factor": 1.0,
+    "quiet_s": 0.0, "hold_factor": 1.0, "delta_clock": "progress",
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
     "faithful": {},
     "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
-                 "refresh_keep_first": True, "double_once_per_epoch": True},
+                 "refresh_keep_first": True, "double_once_per_epoch": True, "delta_clock": "epochs"},
     "tuned": {"start": "node", "fitness": "time", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
               "delta_epochs": 1.5, "hold_factor": 3.0},
 }
