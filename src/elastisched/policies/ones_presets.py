@@ -4,7 +4,9 @@
 - "artifact": what the artifact's code does, bugs included: the scale-up gate degraded to "≥ 1 epoch"
   (A4 unfixed), at most one doubling per epoch, no throughput limit (A16 off), scale-in that halves every
   preempted job's resume size in every unthrottled update, the δ clock reset for every job of a newly
-  deployed schedule, and `_refresh` keeping the first gene of a job whose cap is 0;
+  deployed schedule and kept on the artifact's integer epoch count (`ones_artifact`: a fresh job is stamped
+  before its initial evaluation, a restamped one waits only for the end of its epoch), and `_refresh` keeping
+  the first gene of a job whose cap is 0;
 - "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness is the
   predicted remaining time with a left-out job counted on one GPU (D4, so preempting a job never looks like a
   gain) plus the restart/resize cost of each change to a running job, and a running job keeps its slots unless
