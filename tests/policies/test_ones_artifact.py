@@ -5,7 +5,9 @@ differ from the `faithful` preset, so the test fails if the rule is lost."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from elastisched.core.errors import ConfigError
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
 from elastisched.policies import ones_deploy as dep
 from elastisched.policies._ones_ops import trim_to_caps
@@ -256,3 +258,8 @@ def test_own_change_restarts_the_epoch() -> None:
     # the epoch begun at 4.35 has ended (count 6) and the one begun at 5.35 is 0.6 done: the growth makes it 7
     assert _round(pol, [_view("a", 5.95, [0, 1])], [0, 0, 0, 0, E, E, E, E])["a"] == [0, 1, 2, 3]
     assert (st["ce"], st["origin"], st["stamp"]) == (7, 5.95, 7)
+
+
+def test_delta_clock_option_is_checked() -> None:
+    with pytest.raises(ConfigError, match="delta_clock"):
+        OnesPolicy("artifact", bootstrap=False, delta_clock="wall")
