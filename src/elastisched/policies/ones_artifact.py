@@ -14,7 +14,9 @@ completed_epochs` on every job of a newly deployed schedule. Readings:
 - a job whose own placement changes (scale-out, scale-in, stop) leaves its epoch early (`check_pause`). The
   partial epoch counts only if at least half of it was done (`num_samples·size·2 ≥ epoch_size`). The next epoch
   starts from the first sample (a new `DistributedSampler` loader), so it ends one full epoch after the change;
-- epochs are the simulator's epochs of the job (progress ÷ `epoch_work`), as everywhere else in the policy.
+- epochs are the simulator's epochs of the job (progress ÷ `epoch_work`), as everywhere else in the policy;
+- stamps are taken at the deployment. The artifact takes them when its blocking wait for the new workers ends;
+  that wait is not modelled (its length is not known; docs/ones.md gives its sensitivity).
 
 Per-job state lives in the policy's job dict: `ce` (the artifact's `completed_epochs`), `origin` (epochs done when
 the current epoch run began), `stamp` (`last_epoch_scheduled`).
