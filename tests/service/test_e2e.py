@@ -92,8 +92,10 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     svc.start()
     elastic = policy in ("lyra", "pollux", "sia")
     # d, e and f are the ones that can land on the loan: long enough (~10 s alone on a quiet machine) that the one
-    # on it is still training when the reclaim reaches it (at 12-30 epochs, ~1-4 s, one finished first on CI)
-    plan = [("a", "2", 40), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 90), ("e", "1", 90),
+    # on it is still training when the reclaim reaches it (at 12-30 epochs, ~1-4 s, one finished first on CI).
+    # a is resized from its first step on: 3,840 steps, so it still trains when the resize reaches it (a poll,
+    # two calls and a round later) on a machine several times faster (at 40 epochs, ~2 s of two workers here)
+    plan = [("a", "2", 120), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 90), ("e", "1", 90),
             ("f", "1", 90)]
     if modelled:  # reduced plan: one-worker jobs (pollux starts every job on one GPU; one worker runs ~10x the
         # steps/s of two on these cores, hence more epochs), no admin resize (fifo and lyra cover it)
@@ -127,7 +129,14 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     if not modelled:  # 1) an admin resize of a running job (checkpoint → relaunch at the new size, generation + 1)
         gen_a = jobs()["a"]["generation"]
         assert svc.api("POST", f"/v1/jobs/{ids['a']}:resize", json={"gpus": 1}).status_code == 202
-        wait_for(lambda: jobs()["a"]["generation"] > gen_a and jobs()["a"]["gpus"] == 1, 60, "a resized")
+        try:
+            wait_for(lambda: jobs()["a"]["generation"] > gen_a and jobs()["a"]["gpus"] == 1, 60, "a resized")
+        except AssertionError as e:  # the premise: a still trained when the resize reached it
+            a = svc.job(ids["a"])
+            raise AssertionError(f"{e}; a logged {len(_steps(tmp_path / 'a.jsonl'))} of {epochs['a'] * N // BATCH} "
+                                 f"steps; state {a['state']}, generations {a['generations']}") from None
+        print(f"a: {sum(s['gen'] == gen_a for s in _steps(tmp_path / 'a.jsonl'))} of {epochs['a'] * N // BATCH} "
+              "steps done when the resize stopped it")
 
     # 2) an inference server is lent: pending jobs (or elastic growth) use it
     offer = svc.api("POST", "/v1/loans", json={"nodes": 1, "gpus_per_node": 2,
