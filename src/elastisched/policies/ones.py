@@ -29,6 +29,7 @@ from elastisched.models.ones_history import FoldedHistory
 from elastisched.models.online_throughput import OnlineThroughput
 from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable, features
 from elastisched.policies import _ones_ops as ops
+from elastisched.policies import ones_artifact as art
 from elastisched.policies import ones_deploy as dep
 from elastisched.policies import ones_predict as pred
 from elastisched.policies._ones_ops import job_batch
@@ -66,9 +67,10 @@ class OnesPolicy(Policy):
         samples, fitness, require_history = o["samples"], o["fitness"], o["require_history"]
         if o["scale_in"] not in ("passed_over", "every"):
             raise ConfigError("scale_in", o["scale_in"], "must be 'passed_over' or 'every'")
-        if o["delta_reset"] not in ("changed", "all"):
-            raise ConfigError("delta_reset", o["delta_reset"], "must be 'changed' or 'all'")
-        self.scale_in_mode, self.delta_reset = o["scale_in"], o["delta_reset"]
+        for key, ok in (("delta_reset", ("changed", "all")), ("delta_clock", art.CLOCKS)):
+            if o[key] not in ok:
+                raise ConfigError(key, o[key], f"must be one of {', '.join(ok)}")
+        self.scale_in_mode, self.delta_reset, self.epoch_clock = o["scale_in"], o["delta_reset"], o["delta_clock"]
         self.keep_first, self.once_per_epoch = bool(o["refresh_keep_first"]), bool(o["double_once_per_epoch"])
         self.restart_aware = bool(o["restart_aware"])
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
@@ -208,12 +210,8 @@ class OnesPolicy(Policy):
         return cur
 
     def _same_nodes(self, slots: list[int], job: JobView) -> bool:
-        want = {n: g for n, g in job.allocation.placement}
-        have: dict[str, int] = {}
-        for s in slots:
-            nid = self._node_ids[self._node_of[s]]
-            have[nid] = have.get(nid, 0) + 1
-        return want == have
+        have = [self._node_ids[n] for n in self._node_of[slots]]
+        return dict(job.allocation.placement) == {n: have.count(n) for n in set(have)}
 
     def _allowed(self, job: JobView, sl: np.ndarray) -> bool:
         """Elastic bounds and GPU types (the genome is type-agnostic, like the artifact's one-type cluster)."""
@@ -329,7 +327,7 @@ class OnesPolicy(Policy):
         when every job whose placement changes has done ≥ δ epochs since its last (re)placement."""
         j = len(jobs)
         running = np.array([job.gpus > 0 for job in jobs])
-        since = e - np.array([st["last_placed"] for st in sts])
+        since = art.since(sts) if self.epoch_clock == "epochs" else e - np.array([st["last_placed"] for st in sts])
         out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
         for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
             if sts[i]["resume"]:
@@ -337,6 +335,8 @@ class OnesPolicy(Policy):
                 sts[i]["max_size"] = sts[i]["resume"]
         changed = dep.changed_jobs(cur, out, j)
         reset_all = self.delta_reset == "all" and changed.any()  # artifact: a new schedule stamps every job
+        if self.epoch_clock == "epochs":  # the artifact's epoch count (`ones_artifact`)
+            art.stamp(sts, changed, dep.slot_counts(out, j) > 0, reset_all)
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
         self.slots = {}
