@@ -94,19 +94,13 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
         return KeptAllocations(allocs.running, added), free, changes
     if changes is not None:
         free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
-        pos = idx.pos
-        for jid, job in snap.running_jobs().items():
-            if allocs.get(jid) is not job.allocation:  # changes or stops: release what it holds now
-                changes.released.append(jid)
-                for n, g in job.allocation.placement:
-                    i = pos.get(n)
-                    if i is not None:
-                        free[i] += g
+        kept = 0
         for jid, a in allocs.items():  # the common case first: a job keeps the very allocation it holds
             job = jobs.get(jid)
             if job is not None and a is job.allocation:
                 if a.gpus > 0:
                     out[jid] = a
+                    kept += 1
                 continue
             if a.gpus <= 0:
                 continue
@@ -115,6 +109,16 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                 out[jid] = a
                 changes.changed.append(jid)
         changes.changed.extend(jid for jid, _ in todo)
+        running = snap.running_jobs()
+        if kept < len(running):  # some running job changes or stops (kept ones are running ones): release
+            pos = idx.pos        # what it holds now (GPU counts add up in any order before `_fill`)
+            for jid, job in running.items():
+                if allocs.get(jid) is not job.allocation:
+                    changes.released.append(jid)
+                    for n, g in job.allocation.placement:
+                        i = pos.get(n)
+                        if i is not None:
+                            free[i] += g
     else:
         free = idx.capacity.copy()
         for jid, a in allocs.items():
