@@ -30,7 +30,9 @@ from elastisched.models.online_throughput import OnlineThroughput
 from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable, features
 from elastisched.policies import _ones_ops as ops
 from elastisched.policies import ones_deploy as dep
+from elastisched.policies import ones_jct as jct
 from elastisched.policies import ones_predict as pred
+from elastisched.policies import ones_state
 from elastisched.policies._ones_ops import job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.ones_limits import caps as limit_caps
@@ -73,6 +75,8 @@ class OnesPolicy(Policy):
         self.restart_aware = bool(o["restart_aware"])
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
         self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
+        self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
+        self._jct: tuple[np.ndarray, np.ndarray] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64))  # (ttab, g)
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
@@ -80,8 +84,8 @@ class OnesPolicy(Policy):
             raise ValueError(f"start={start!r}: must be 'one', 'request' or 'node'")
         if growth not in ("double", "cap"):
             raise ValueError(f"growth={growth!r}: must be 'double' or 'cap'")
-        if fitness not in ("gpu_time", "time"):
-            raise ValueError(f"fitness={fitness!r}: must be 'gpu_time' or 'time'")
+        if fitness not in ("gpu_time", "time", "jct"):
+            raise ValueError(f"fitness={fitness!r}: must be 'gpu_time', 'time' or 'jct'")
         self.start, self.growth, self.use_samples, self.fitness = start, growth, bool(samples), fitness
         self.throttle, self.throughput_limit, self.min_gain = throttle, bool(throughput_limit), float(min_gain)
         self.k, self.xi, self.theta, self.delta = int(population), float(xi), float(theta), float(delta_epochs)
@@ -232,16 +236,20 @@ class OnesPolicy(Policy):
         rng = self._ensure(ctx)
         c = snap.total_gpus
         self._node_gpus = max((n.num_gpus for n in snap.nodes), default=0)
+        jobs = list(snap.jobs.values())
+        ids = [j.job_id for j in jobs]
+        sts = [self._observe(j) for j in jobs]
+        if jobs and c == self.capacity and ids == self.ids:  # nothing below would change a quiet round (speed)
+            quiet = self._quiet_round(snap, ids, sts, jobs)
+            if quiet is not None:
+                return quiet
         self._node_of = np.repeat(np.arange(len(snap.nodes)), [n.num_gpus for n in snap.nodes])
         self._node_ids = [n.node_id for n in snap.nodes]
         self._node_types = [n.gpu_type for n in snap.nodes]
         node_first = {n.node_id: int(s) for n, s in zip(snap.nodes, np.cumsum([0] + [x.num_gpus for x in snap.nodes]),
                                                          strict=False)}
-        jobs = list(snap.jobs.values())
         self._specs = [j.spec for j in jobs]
-        ids = [j.job_id for j in jobs]
         index = {jid: i for i, jid in enumerate(ids)}
-        sts = [self._observe(j) for j in jobs]
         if c != self.capacity:
             self.capacity, self.pop, self.slots = c, None, {}
         cur = self._current(snap, index, node_first)
@@ -252,12 +260,9 @@ class OnesPolicy(Policy):
         self.ids = ids
         if not jobs:
             return Decision({})
-        sig = self._sig(ids, sts, [j.allocation.placement for j in jobs])
-        q = self._quiet
-        if self.quiet_s > 0 and q is not None and q["sig"] == sig and snap.now - q["t"] < self.quiet_s:
-            # quiet round (no arrival, completion, finished epoch or change since a settled deployment)
-            return Decision({j.job_id: j.allocation for j in jobs if j.gpus},
-                            {k: PendingReason(v) for k, v in q["reasons"].items()})
+        quiet = self._quiet_round(snap, ids, sts, jobs)
+        if quiet is not None:
+            return quiet
         e = np.array([st["e"] for st in sts])
         running = np.array([j.gpus > 0 for j in jobs])
         new = ~running & ((e < 1.0) | np.array([not st["ran"] for st in sts]))
@@ -274,6 +279,12 @@ class OnesPolicy(Policy):
         rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
         if self.pop is None:
             self.pop = np.repeat(cur[None, :], self.k, axis=0)
+        if self.fitness == "jct":  # D5: every job's predicted completion, queued ones included (`ones_jct`)
+            n_now = np.array([j.gpus for j in jobs], dtype=np.int64)
+            start = np.array([self._start_size(s) for s in self._specs], dtype=np.int64)
+            size = np.clip(np.where(running, n_now, np.where(caps > 0, caps, start)), 1, c)
+            prior = np.maximum([j.attained_service for j in jobs], self.prior_s * size)
+            self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size)
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
         held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor)
                 if self.restart_aware else None)
@@ -282,6 +293,18 @@ class OnesPolicy(Policy):
         self._quiet = {"sig": self._sig(ids, sts, after), "t": snap.now,
                        "reasons": {k: str(v) for k, v in dec.reasons.items()}}
         return dec
+
+    def _quiet_round(self, snap: ClusterSnapshot, ids: list[str], sts: list[dict[str, Any]],
+                     jobs: list[JobView]) -> Decision | None:
+        """The last decision again if nothing it depends on changed (no arrival, completion, finished epoch or
+        change since a settled deployment) and it is younger than `quiet_s`; else None."""
+        q = self._quiet
+        if self.quiet_s <= 0 or q is None or snap.now - q["t"] >= self.quiet_s:
+            return None
+        if q["sig"] != self._sig(ids, sts, [j.allocation.placement for j in jobs]):
+            return None
+        return Decision({j.job_id: j.allocation for j in jobs if j.gpus},
+                        {k: PendingReason(v) for k, v in q["reasons"].items()})
 
     def _sig(self, ids: list[str], sts: list[dict[str, Any]], placements: list[Any]) -> str:
         """What a round's outcome depends on besides random draws: jobs, epochs done, placements, and whether
@@ -307,10 +330,14 @@ class OnesPolicy(Policy):
                                                             for i in range(j)], dtype=np.int64)
         counts = ops.pad(ops.counts(cand, j), c, np.flatnonzero(new), exec_order, caps,
                          np.where(executed, maxs, 0), start)
-        score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
+        if self.fitness == "jct":
+            score = jct.fitness(counts, self._jct[0], self._jct[1], c)
+        else:
+            score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
         if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
-            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, self.restart_cost,
-                                          self.resize_cost, self.fitness)
+            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running,
+                                          self.preempt_factor * self.restart_cost, self.resize_cost,
+                                          "gpu_time" if self.fitness == "gpu_time" else "time")
         keep = ops.select(score, self.k)
         # reorder depends only on the counts: lay out each distinct survivor once (survivors repeat often)
         uniq, inv = np.unique(counts[keep], axis=0, return_inverse=True)
@@ -366,35 +393,7 @@ class OnesPolicy(Policy):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"ids": list(self.ids), "pop": None if self.pop is None else self.pop.tolist(),
-                "capacity": self.capacity, "slots": {k: list(v) for k, v in self.slots.items()},
-                "jobs": {k: dict(v) for k, v in self.js.items()}, "finished": list(self.finished_run_times),
-                "rng": None if self._rng is None else self._rng.bit_generator.state,
-                "thr": self.thr.state_dict(), "pred": self.pred.state_dict() if self.pred.params else None,
-                "preds": [p.state_dict() if p.params else None for p in self.preds],
-                "quiet": None if self._quiet is None else dict(self._quiet)}
+        return ones_state.dump(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.ids = list(state["ids"])
-        self.pop = None if state["pop"] is None else np.asarray(state["pop"], dtype=np.int64).reshape(-1, state[
-            "capacity"])
-        self.capacity = int(state["capacity"])
-        self.slots = {k: list(v) for k, v in state["slots"].items()}
-        self.js = {k: dict(v) for k, v in state["jobs"].items()}
-        for st in self.js.values():
-            st["log"] = [(list(r[0]), r[1]) for r in st["log"]]
-        self.finished_run_times = list(state["finished"])
-        if state["rng"] is not None:
-            self._rng = np.random.default_rng()
-            self._rng.bit_generator.state = state["rng"]
-        self.thr.load_state_dict(state["thr"])
-        self._tab = None
-        self._quiet = None if state.get("quiet") is None else dict(state["quiet"])
-        if state["pred"] is not None:
-            self.pred.load_state_dict(state["pred"])
-        if len(state.get("preds", [])) > 1:
-            self.preds = [BetaProgressPredictor() for _ in state["preds"]]
-            for p, ps in zip(self.preds, state["preds"], strict=True):
-                if ps is not None:
-                    p.load_state_dict(ps)
-            self.pred = self.preds[0]
+        ones_state.load(self, state)

@@ -1,0 +1,55 @@
+"""The tuned preset's fitness: the predicted sum of every job's completion time, queued jobs included.
+
+ONES's own fitness (§2.6, `_ones_ops.fitness`) scores only the jobs a candidate runs; reading D4 ("time")
+counts a left-out job as if it ran on one GPU, so preempting never looks like a gain and, on a loaded
+cluster, long jobs hold the GPUs while short ones queue (docs/ones.md "Results on the Pollux benchmark").
+This fitness (`fitness="jct"`, docs/ones.md D5) scores a candidate by the sum over ALL active jobs of their
+predicted completion time from now, in the order the candidate serves them:
+
+- a job the candidate runs on n GPUs completes in T_j(n) = rem_j / x_j(n) (remaining samples over the
+  interpolated online throughput, as §2.6), or, for a job without a prediction or without a throughput
+  reading, in P_j / n where P_j is its prior remaining GPU-time;
+- the prior P_j = max(attained GPU-seconds, `prior_s` × its size): with nothing else known, a job is taken
+  to need as much again as it has had (the predictor's own ρ = 0.5 answer, in GPU-time: the least-attained-
+  service signal Tiresias uses; Tiresias, NSDI'19 §3.1);
+- a job the candidate leaves out waits behind the GPU-time of the jobs that run and of the left-out jobs
+  served before it, drained at the cluster's capacity C (a fluid reading of "the order the schedule serves
+  them"), then runs at its resume size g_j: c_j = (Σ_run n_i T_i(n_i) + Σ_{left out, before j} g_i T_i(g_i))
+  / C + T_j(g_j). Left-out jobs are served in ascending g_j · T_j(g_j) (Smith's rule on GPU-time).
+
+Swapping a running job L for a waiting job M of the same size g then gains about g (T_L − T_M) / C, so a
+preemption pays only if that exceeds the restart it charges (`ones_deploy.move_cost`, × `preempt_factor`):
+LAS with a threshold in units of the restart cost, instead of Tiresias's fixed GPU-time queues.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def time_table(rem: np.ndarray, xtab: np.ndarray, has_x: np.ndarray, prior_gpu: np.ndarray) -> np.ndarray:
+    """(C + 1, J) predicted remaining time of each job on n = 0..C GPUs (row 0 is that of one GPU)."""
+    c1 = xtab.shape[0]
+    q = np.maximum(np.arange(c1), 1)
+    known = np.isfinite(rem) & has_x
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pred = np.where(known[None, :], np.maximum(np.nan_to_num(rem), 0.0)[None, :] / xtab[q], 0.0)
+    return np.where(known[None, :], pred, prior_gpu[None, :] / q[:, None])
+
+
+def fitness(counts: np.ndarray, ttab: np.ndarray, size: np.ndarray, capacity: int) -> np.ndarray:
+    """Sum of predicted completion times per (P, J) row of counts (module docstring); lower is better."""
+    j = counts.shape[1]
+    cols = np.arange(j)
+    t_run = ttab[counts, cols[None, :]]  # (P, J); only where counts > 0
+    run = counts > 0
+    served = np.where(run, t_run, 0.0)
+    area_run = (served * counts).sum(axis=1)  # GPU-seconds of the jobs the row runs
+    d = ttab[size, cols]  # a left-out job's time at its resume size
+    area = size * d
+    order = np.argsort(area, kind="stable")
+    wait = ~run[:, order]
+    a = np.where(wait, area[order][None, :], 0.0)
+    before = np.cumsum(a, axis=1) - a
+    c_wait = np.where(wait, (area_run[:, None] + before) / max(capacity, 1) + d[order][None, :], 0.0)
+    return served.sum(axis=1) + c_wait.sum(axis=1)

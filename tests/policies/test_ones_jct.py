@@ -1,0 +1,47 @@
+"""Hand-checked cases for the tuned preset's completion-time fitness (src/elastisched/policies/ones_jct.py, D5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from elastisched.policies import ones_deploy as dep
+from elastisched.policies import ones_jct as jct
+
+
+def test_time_table_uses_predictions_and_the_attained_service_prior() -> None:
+    # job 0: 600 samples left, 10 samples/s on 1 GPU, 15 on 2; job 1: no throughput reading, prior 120 GPU-s;
+    # job 2: no prediction (rem NaN), prior 40 GPU-s
+    xtab = np.array([[1e-6, 1e-6, 1e-6], [10.0, 1e-6, 1e-6], [15.0, 1e-6, 1e-6]])
+    rem = np.array([600.0, 50.0, np.nan])
+    t = jct.time_table(rem, xtab, np.array([True, False, False]), np.array([5.0, 120.0, 40.0]))
+    assert t.ravel().tolist() == pytest.approx([60.0, 120.0, 40.0, 60.0, 120.0, 40.0, 40.0, 60.0, 20.0])
+
+
+def test_fitness_counts_queued_jobs_behind_the_gpu_time_served() -> None:
+    # capacity 4; L needs 1,000 s on 4 GPUs, M 100 s on 4 GPUs (times on n GPUs = GPU-s / n)
+    ttab = np.array([[4000.0, 400.0], [4000.0, 400.0], [2000.0, 200.0], [4000 / 3, 400 / 3], [1000.0, 100.0]])
+    size = np.array([4, 4])
+    rows = np.array([[4, 0], [0, 4], [2, 2]])
+    # L runs, M waits behind L's 4,000 GPU-s: 1,000 + (4,000 / 4 + 100) = 2,100
+    # M runs, L waits behind M's 400 GPU-s: 100 + (400 / 4 + 1,000) = 1,200
+    # both on 2 GPUs: 2,000 + 200
+    assert jct.fitness(rows, ttab, size, 4).tolist() == pytest.approx([2100.0, 1200.0, 2200.0])
+
+
+def test_fitness_serves_queued_jobs_shortest_gpu_time_first() -> None:
+    # capacity 2; job 0 runs (100 s on 2 GPUs); jobs 1 (300 GPU-s) and 2 (100 GPU-s) wait, each on 1 GPU
+    ttab = np.array([[200.0, 300.0, 100.0], [200.0, 300.0, 100.0], [100.0, 150.0, 50.0]])
+    out = jct.fitness(np.array([[2, 0, 0]]), ttab, np.array([2, 1, 1]), 2)
+    # job 2 first: (200 + 0) / 2 + 100 = 200; then job 1: (200 + 100) / 2 + 300 = 450; plus 100 served
+    assert out.tolist() == pytest.approx([750.0])
+
+
+def test_preempting_pays_only_beyond_the_restart_charge() -> None:
+    # swap gain g (T_L − T_M) / C = 4 · (1,000 − 100) / 4 = 900 s: worth a 30 s restart, not a 1,000 s one
+    ttab = np.array([[4000.0, 400.0], [4000.0, 400.0], [2000.0, 200.0], [4000 / 3, 400 / 3], [1000.0, 100.0]])
+    rows, size = np.array([[4, 0], [0, 4]]), np.array([4, 4])
+    running = np.array([True, False])
+    for cost, preempt in ((30.0, True), (1000.0, False)):
+        score = jct.fitness(rows, ttab, size, 4) + dep.move_cost(rows, np.array([4, 0]), running, cost, 8.0, "time")
+        assert bool(score[1] < score[0]) is preempt
