@@ -286,7 +286,7 @@ class OnesPolicy(Policy):
             prior = np.maximum([j.attained_service for j in jobs], self.prior_s * size)
             self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size)
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
-        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor)
+        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor, self._xtab)
                 if self.restart_aware else None)
         dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
         after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
@@ -340,7 +340,7 @@ class OnesPolicy(Policy):
                                           "gpu_time" if self.fitness == "gpu_time" else "time")
         keep = ops.select(score, self.k)
         # reorder depends only on the counts: lay out each distinct survivor once (survivors repeat often)
-        uniq, inv = np.unique(counts[keep], axis=0, return_inverse=True)
+        uniq, inv = jct.unique_rows(counts[keep])
         key = (cur.tobytes(), self._node_of.tobytes())
         if self._layouts[0] != key or self._layouts[1] != self.ids:  # layouts are exact for one (cur, job order)
             self._layouts = (key, self.ids, {})

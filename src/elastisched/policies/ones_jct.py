@@ -53,3 +53,14 @@ def fitness(counts: np.ndarray, ttab: np.ndarray, size: np.ndarray, capacity: in
     before = np.cumsum(a, axis=1) - a
     c_wait = np.where(wait, (area_run[:, None] + before) / max(capacity, 1) + d[order][None, :], 0.0)
     return served.sum(axis=1) + c_wait.sum(axis=1)
+
+
+def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a 2-D int array (first-seen order) and each row's index into them: what
+    `np.unique(a, axis=0, return_inverse=True)` gives up to the order of the distinct rows, several times faster
+    for the K survivors of a generation (speed only: the caller lays out each distinct row once)."""
+    seen: dict[bytes, int] = {}
+    inv = np.array([seen.setdefault(r.tobytes(), len(seen)) for r in a], dtype=np.int64)
+    first = np.empty(len(seen), dtype=np.int64)
+    first[inv[::-1]] = np.arange(a.shape[0] - 1, -1, -1)
+    return a[first], inv
