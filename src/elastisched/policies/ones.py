@@ -31,8 +31,8 @@ from elastisched.models.progress_predictor import BetaProgressPredictor, History
 from elastisched.policies import _ones_ops as ops
 from elastisched.policies import ones_deploy as dep
 from elastisched.policies import ones_jct as jct
+from elastisched.policies import ones_layout, ones_state
 from elastisched.policies import ones_predict as pred
-from elastisched.policies import ones_state
 from elastisched.policies._ones_ops import job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.ones_limits import caps as limit_caps
@@ -76,6 +76,7 @@ class OnesPolicy(Policy):
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
         self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
         self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
+        self.start_whole, self.resize_factor = bool(o["start_whole"]), float(o["resize_factor"])
         self._jct: tuple[np.ndarray, np.ndarray] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64))  # (ttab, g)
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
@@ -102,6 +103,7 @@ class OnesPolicy(Policy):
         self.thr = OnlineThroughput()
         self._tab: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None = None  # cached throughput tables
         self._xtab = np.zeros((1, 0))
+        self._xcols: dict[str, tuple[Any, np.ndarray]] = {}  # `_xcol` per job
         self._layouts: tuple[Any, list[str], dict[bytes, np.ndarray]] = (None, [], {})  # reorder memo
         self.pred = BetaProgressPredictor()
         self.preds = [self.pred]  # one model per held-out fold of a `FoldedHistory` (no leakage), else one
@@ -135,6 +137,7 @@ class OnesPolicy(Policy):
     def on_finish(self, job_id: str, now: float) -> None:
         st = self.js.pop(job_id, None)
         self.thr.forget(job_id)
+        self._xcols.pop(job_id, None)
         self.slots.pop(job_id, None)
         self._tab = None
         if st is None:
@@ -193,31 +196,7 @@ class OnesPolicy(Policy):
     # ------------------------------------------------------------------ layout helpers
     def _current(self, snap: ClusterSnapshot, index: dict[str, int], node_first: dict[str, int]) -> np.ndarray:
         """Deployed slot array (job indices) rebuilt from the snapshot and the slots we assigned."""
-        cur = np.full(self.capacity, EMPTY, dtype=np.int64)
-        pending: list[tuple[int, str, int]] = []
-        for jid, job in snap.jobs.items():
-            if not job.gpus:
-                self.slots.pop(jid, None)
-                continue
-            mine = self.slots.get(jid)
-            if mine is not None and self._same_nodes(mine, job):
-                cur[mine] = index[jid]
-            else:
-                pending += [(index[jid], n, g) for n, g in job.allocation.placement]
-        for ji, node, g in pending:  # placed by someone else (restore, placer): first free slots of the node
-            base = node_first[node]
-            width = next(nd.num_gpus for nd in snap.nodes if nd.node_id == node)
-            free = [s for s in range(base, base + width) if cur[s] == EMPTY][:g]
-            cur[free] = ji
-        return cur
-
-    def _same_nodes(self, slots: list[int], job: JobView) -> bool:
-        want = {n: g for n, g in job.allocation.placement}
-        have: dict[str, int] = {}
-        for s in slots:
-            nid = self._node_ids[self._node_of[s]]
-            have[nid] = have.get(nid, 0) + 1
-        return want == have
+        return ones_layout.current(snap, self.slots, index, node_first, self._node_ids, self._node_of, self.capacity)
 
     def _allowed(self, job: JobView, sl: np.ndarray) -> bool:
         """Elastic bounds and GPU types (the genome is type-agnostic, like the artifact's one-type cluster)."""
@@ -271,8 +250,7 @@ class OnesPolicy(Policy):
         if self._tab is None or self._tab[0] != ids or self._tab[3].shape[0] != c + 1:
             # the throughput tables change only with a reading; x(n) for n = 0..C is looked up, not interpolated
             pn, px = self.thr.tables(ids)
-            q = np.repeat(np.arange(c + 1.0)[:, None], len(ids), 1)
-            self._tab = (ids, pn, px, ops.interp_throughput(pn, px, q))
+            self._tab = (ids, pn, px, np.stack([self._xcol(jid, c) for jid in ids], axis=1))
         pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
@@ -293,6 +271,18 @@ class OnesPolicy(Policy):
         self._quiet = {"sig": self._sig(ids, sts, after), "t": snap.now,
                        "reasons": {k: str(v) for k, v in dec.reasons.items()}}
         return dec
+
+    def _xcol(self, jid: str, c: int) -> np.ndarray:
+        """x(n) for n = 0..C of one job, kept until its next reading (the same values as interpolating the whole
+        (C + 1, J) table at once: each entry depends only on its own job's points)."""
+        pts = self.thr.points(jid)  # the same tuple object until the job's next reading
+        n, x = pts
+        key = pts if n.size else None
+        hit = self._xcols.get(jid)
+        if hit is None or hit[0] is not key or hit[1].shape[0] != c + 1:
+            pn, px = (n[None, :], x[None, :]) if n.size else (np.full((1, 1), np.inf), np.zeros((1, 1)))
+            hit = self._xcols[jid] = (key, ops.interp_throughput(pn, px, np.arange(c + 1.0)[:, None])[:, 0])
+        return hit[1]
 
     def _quiet_round(self, snap: ClusterSnapshot, ids: list[str], sts: list[dict[str, Any]],
                      jobs: list[JobView]) -> Decision | None:
@@ -328,15 +318,17 @@ class OnesPolicy(Policy):
         exec_order = np.flatnonzero(executed)[np.argsort(key[executed], kind="stable")]
         start = None if self.start == "one" else np.array([min(self._start_size(self._specs[i]), c)
                                                             for i in range(j)], dtype=np.int64)
-        counts = ops.pad(ops.counts(cand, j), c, np.flatnonzero(new), exec_order, caps,
-                         np.where(executed, maxs, 0), start)
+        counts, new_order = ops.counts(cand, j), np.flatnonzero(new)
+        if self.start_whole and start is not None:  # D6: all or nothing, with backfill
+            counts, new_order = jct.admit_whole(counts, c, new_order, start), new_order[:0]
+        counts = ops.pad(counts, c, new_order, exec_order, caps, np.where(executed, maxs, 0), start)
         if self.fitness == "jct":
             score = jct.fitness(counts, self._jct[0], self._jct[1], c)
         else:
             score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
         if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
-            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running,
-                                          self.preempt_factor * self.restart_cost, self.resize_cost,
+            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, self.preempt_factor
+                                          * self.restart_cost, self.resize_factor * self.resize_cost,
                                           "gpu_time" if self.fitness == "gpu_time" else "time")
         keep = ops.select(score, self.k)
         # reorder depends only on the counts: lay out each distinct survivor once (survivors repeat often)

@@ -64,3 +64,15 @@ def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first = np.empty(len(seen), dtype=np.int64)
     first[inv[::-1]] = np.arange(a.shape[0] - 1, -1, -1)
     return a[first], inv
+
+
+def admit_whole(counts: np.ndarray, capacity: int, order: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Pad stage 1 with whole starts (`start_whole`, D6): new jobs in FIFO `order` get their start size only
+    where it fits in the row's free GPUs, else nothing, and a smaller job behind may take the GPUs (backfill),
+    instead of the head job taking whatever is left (a 16-GPU job on 3 GPUs would run 5× slower, and a running
+    job younger than an epoch is protected from mutation, so it would stay there)."""
+    n = counts.copy()
+    for i in order:
+        free = capacity - n.sum(axis=1)
+        n[(n[:, i] == 0) & (free >= start[i]), i] = start[i]
+    return n
