@@ -77,7 +77,7 @@ class OnesPolicy(Policy):
         self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
         self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
         self.start_whole, self.resize_factor = bool(o["start_whole"]), float(o["resize_factor"])
-        self._jct: tuple[np.ndarray, np.ndarray] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64))  # (ttab, g)
+        self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
@@ -85,8 +85,8 @@ class OnesPolicy(Policy):
             raise ValueError(f"start={start!r}: must be 'one', 'request' or 'node'")
         if growth not in ("double", "cap"):
             raise ValueError(f"growth={growth!r}: must be 'double' or 'cap'")
-        if fitness not in ("gpu_time", "time", "jct"):
-            raise ValueError(f"fitness={fitness!r}: must be 'gpu_time', 'time' or 'jct'")
+        if fitness not in ("gpu_time", "time", "jct", "mixed"):
+            raise ValueError(f"fitness={fitness!r}: must be 'gpu_time', 'time', 'jct' or 'mixed'")
         self.start, self.growth, self.use_samples, self.fitness = start, growth, bool(samples), fitness
         self.throttle, self.throughput_limit, self.min_gain = throttle, bool(throughput_limit), float(min_gain)
         self.k, self.xi, self.theta, self.delta = int(population), float(xi), float(theta), float(delta_epochs)
@@ -257,12 +257,13 @@ class OnesPolicy(Policy):
         rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
         if self.pop is None:
             self.pop = np.repeat(cur[None, :], self.k, axis=0)
-        if self.fitness == "jct":  # D5: every job's predicted completion, queued ones included (`ones_jct`)
+        if self.fitness in ("jct", "mixed"):  # D5: predicted completion times, queued jobs included (`ones_jct`)
             n_now = np.array([j.gpus for j in jobs], dtype=np.int64)
             start = np.array([self._start_size(s) for s in self._specs], dtype=np.int64)
             size = np.clip(np.where(running, n_now, np.where(caps > 0, caps, start)), 1, c)
             prior = np.maximum([j.attained_service for j in jobs], self.prior_s * size)
-            self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size)
+            self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size,
+                         np.array([not (s.attrs.get("acc_curve") or s.attrs.get("loss_curve")) for s in self._specs]))
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
         held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor, self._xtab)
                 if self.restart_aware else None)
@@ -322,13 +323,19 @@ class OnesPolicy(Policy):
         if self.start_whole and start is not None:  # D6: all or nothing, with backfill
             counts, new_order = jct.admit_whole(counts, c, new_order, start), new_order[:0]
         counts = ops.pad(counts, c, new_order, exec_order, caps, np.where(executed, maxs, 0), start)
+        free = self._jct[2] if self.fitness == "mixed" else np.ones(j, dtype=bool)  # jobs without a progress log
         if self.fitness == "jct":
             score = jct.fitness(counts, self._jct[0], self._jct[1], c)
+        elif self.fitness == "mixed":  # D4 for jobs with a progress log (exactly "time" when all have one), D5 else
+            score = ops.fitness(counts, np.where(free, np.nan, rem), pts_n, pts_x, "time", self._xtab)
+            if free.any():
+                score = score + jct.fitness(counts, self._jct[0], self._jct[1], c, free)
         else:
             score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
         if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
-            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, self.preempt_factor
-                                          * self.restart_cost, self.resize_factor * self.resize_cost,
+            stop = self.restart_cost * np.where(free, self.preempt_factor, 1.0)
+            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, stop,  # type: ignore[arg-type]
+                                          self.resize_factor * self.resize_cost,
                                           "gpu_time" if self.fitness == "gpu_time" else "time")
         keep = ops.select(score, self.k)
         # reorder depends only on the counts: lay out each distinct survivor once (survivors repeat often)

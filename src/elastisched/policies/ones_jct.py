@@ -37,16 +37,23 @@ def time_table(rem: np.ndarray, xtab: np.ndarray, has_x: np.ndarray, prior_gpu: 
     return np.where(known[None, :], pred, prior_gpu[None, :] / q[:, None])
 
 
-def fitness(counts: np.ndarray, ttab: np.ndarray, size: np.ndarray, capacity: int) -> np.ndarray:
-    """Sum of predicted completion times per (P, J) row of counts (module docstring); lower is better."""
+def fitness(counts: np.ndarray, ttab: np.ndarray, size: np.ndarray, capacity: int,
+            mask: np.ndarray | None = None) -> np.ndarray:
+    """Sum of predicted completion times per (P, J) row of counts (module docstring); lower is better.
+
+    `mask`: count only these jobs' completion times (the "mixed" fitness: the jobs without a progress log);
+    the GPU-time they wait behind is that of every job the row runs."""
     j = counts.shape[1]
     cols = np.arange(j)
     t_run = ttab[counts, cols[None, :]]  # (P, J); only where counts > 0
     run = counts > 0
     served = np.where(run, t_run, 0.0)
     area_run = (served * counts).sum(axis=1)  # GPU-seconds of the jobs the row runs
-    d = ttab[size, cols]  # a left-out job's time at its resume size
-    area = size * d
+    if mask is not None:
+        cols = np.flatnonzero(mask)
+        served, run = served[:, cols], run[:, cols]
+    d = ttab[size[cols], cols]  # a left-out job's time at its resume size
+    area = size[cols] * d
     order = np.argsort(area, kind="stable")
     wait = ~run[:, order]
     a = np.where(wait, area[order][None, :], 0.0)
