@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
+from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
 from elastisched.policies import ones_deploy as dep
 from elastisched.policies import ones_jct as jct
+from elastisched.policies.base import PolicyContext
+from elastisched.policies.ones import OnesPolicy
 
 
 def test_time_table_uses_predictions_and_the_attained_service_prior() -> None:
@@ -45,3 +50,48 @@ def test_preempting_pays_only_beyond_the_restart_charge() -> None:
     for cost, preempt in ((30.0, True), (1000.0, False)):
         score = jct.fitness(rows, ttab, size, 4) + dep.move_cost(rows, np.array([4, 0]), running, cost, 8.0, "time")
         assert bool(score[1] < score[0]) is preempt
+
+
+def _view(jid: str, gpus: int, epochs: float, epoch_size: float, attrs: dict[str, Any] | None = None) -> JobView:
+    spec = JobSpec(jid, 0.0, "cifar10", 4, 1024, attrs={"epoch_work": 10.0, "epoch_size": epoch_size,
+                                                         "local_batch": 256, **(attrs or {})})
+    alloc = Allocation((("n0", gpus),)) if gpus else Allocation()
+    return JobView(spec, JobPhase.RUNNING if gpus else JobPhase.PENDING, alloc, progress=epochs * 10.0,
+                   total_work=1e9, run_time=500.0 if gpus else 0.0, start_time=0.0 if gpus else None,
+                   attained_service=2000.0 if gpus else 0.0, observed_throughput={4: 100.0} if gpus else {})
+
+
+@pytest.mark.parametrize(("fitness", "log", "preempts"), [("mixed", False, True), ("time", False, False),
+                                                          ("mixed", True, False)])
+def test_tuned_preempts_a_long_job_for_a_queued_one_only_without_a_progress_log(fitness: str, log: bool,
+                                                                                 preempts: bool) -> None:
+    # one 4-GPU node; "long" has run 5 epochs of 1M samples (ρ = 0.5 without a predictor: 5M samples left,
+    # 50,000 s at 100 samples/s); "new" waits for the same 4 GPUs (prior 600 s). Without a progress log, the
+    # completion-time fitness swaps them (gain 4 · (50,000 − 600) / 4 s ≫ 30 s restart); D4 ("time") never
+    # does, and neither does "mixed" for a job that has a loss/accuracy log (it keeps D4 for it)
+    extra = {"acc_curve": [0.1] * 10, "loss_curve": [2.0] * 10, "initial_loss": 2.5} if log else None
+    snap = ClusterSnapshot(1000.0, (NodeView("n0", "t4", 4),),
+                           {"long": _view("long", 4, 5.0, 1e6, extra), "new": _view("new", 0, 0.0, 1e6, extra)})
+    pol = OnesPolicy("tuned", bootstrap=False, fitness=fitness, prior_s=600.0)
+    started = False
+    for _ in range(5):
+        dec = pol.schedule(snap, PolicyContext(seed=0))
+        started = started or "new" in dec.allocations
+    assert started is preempts
+    if preempts:
+        assert "long" not in dec.allocations
+
+
+def test_unique_rows_matches_numpy_unique_up_to_order() -> None:
+    a = np.random.default_rng(3).integers(0, 3, (40, 5))
+    uniq, inv = jct.unique_rows(a)
+    ref = np.unique(a, axis=0)
+    assert (uniq[inv] == a).all() and len(uniq) == len(ref)
+    assert sorted(map(tuple, uniq.tolist())) == sorted(map(tuple, ref.tolist()))
+
+
+def test_admit_whole_starts_whole_jobs_and_backfills() -> None:
+    # capacity 8, 5 GPUs used: the 4-GPU head job does not fit, the 2-GPU job behind it does
+    counts = np.array([[5, 0, 0], [0, 0, 0]])
+    out = jct.admit_whole(counts, 8, np.array([1, 2]), np.array([0, 4, 2]))
+    assert out.tolist() == [[5, 0, 2], [0, 4, 2]]
