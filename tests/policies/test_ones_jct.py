@@ -95,3 +95,18 @@ def test_admit_whole_starts_whole_jobs_and_backfills() -> None:
     counts = np.array([[5, 0, 0], [0, 0, 0]])
     out = jct.admit_whole(counts, 8, np.array([1, 2]), np.array([0, 4, 2]))
     assert out.tolist() == [[5, 0, 2], [0, 4, 2]]
+
+
+def test_pack_moves_a_straddling_start_onto_one_node() -> None:
+    from elastisched.policies.ones_layout import pack
+
+    node_of = np.repeat(np.arange(3), 4)
+    e = -1
+    # job 0 runs on node 0 (slots 0-1) and must not move; job 1 starts on slots 2-5 (nodes 0 and 1) while node 2
+    # is free: it moves to node 2; job 2 (2 GPUs, node 1) already sits on one node
+    best = np.array([0, 0, 1, 1, 1, 1, 2, 2, e, e, e, e])
+    out = pack(best, node_of, np.array([True, False, False]))
+    assert out.tolist() == [0, 0, e, e, e, e, 2, 2, 1, 1, 1, 1]
+    # nowhere better: unchanged
+    full = np.array([0, 0, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3])
+    assert pack(full, node_of, np.zeros(4, dtype=bool)).tolist() == full.tolist()

@@ -76,7 +76,8 @@ class OnesPolicy(Policy):
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
         self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
         self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
-        self.start_whole, self.resize_factor = bool(o["start_whole"]), float(o["resize_factor"])
+        self.start_whole, self.resize_factor, self.pack = (bool(o["start_whole"]), float(o["resize_factor"]),
+                                                           bool(o["pack_nodes"]))
         self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
@@ -347,7 +348,7 @@ class OnesPolicy(Policy):
         laid = np.stack([memo[b] if (b := u.tobytes()) in memo else memo.setdefault(
             b, ops.reorder(u, cur, self._node_of)) for u in uniq])
         self.pop = laid[inv.reshape(-1)]
-        return self.pop[0]
+        return ones_layout.pack(self.pop[0], self._node_of, running) if self.pack else self.pop[0]
 
     def _deploy(self, snap: ClusterSnapshot, jobs: list[JobView], sts: list[dict[str, Any]], cur: np.ndarray,
                 best: np.ndarray, e: np.ndarray, executed: np.ndarray, held: np.ndarray | None = None) -> Decision:

@@ -43,3 +43,42 @@ def current(snap: ClusterSnapshot, slots: dict[str, list[int]], index: dict[str,
         free = [s for s in range(base, base + width) if cur[s] == EMPTY][:g]
         cur[free] = ji
     return cur
+
+
+def pack(best: np.ndarray, node_of: np.ndarray, running: np.ndarray) -> np.ndarray:
+    """`pack_nodes` (D7): a job that (re)starts on slots spread over more nodes than it needs moves, within the
+    slots the layout leaves free, onto as few nodes as possible: whole free nodes first, the rest on the free
+    node that fits it best (fewest spare GPUs, then the lowest index). `reorder` takes the free run with the
+    fewest spare slots, node alignment only breaking ties, so on 4-GPU nodes half of the 4-GPU jobs of a Pollux
+    workload straddled two nodes, where T4 data parallelism is far slower. Running jobs never move here (a
+    move is a restart); a job that cannot be packed keeps its slots."""
+    out = best.copy()
+    size = np.bincount(node_of)
+    jobs, cnt = np.unique(out[out >= 0], return_counts=True)
+    for jj, n in sorted(zip(jobs.tolist(), cnt.tolist(), strict=True), key=lambda t: (-t[1], t[0])):
+        if running[jj]:
+            continue
+        sl = np.flatnonzero(out == jj)
+        avail_slot = (out == EMPTY) | (out == jj)
+        avail = np.bincount(node_of[avail_slot], minlength=size.size)
+        full = np.flatnonzero(avail == size)
+        take: list[int] = []
+        left = n
+        for nd in full:  # whole free nodes while the job fills them
+            if left >= size[nd]:
+                take.append(int(nd))
+                left -= int(size[nd])
+        if left:
+            fit = [nd for nd in range(size.size) if nd not in take and avail[nd] >= left]
+            if not fit:
+                continue
+            take.append(min(fit, key=lambda nd: (avail[nd] - left, nd)))
+        if len(take) >= np.unique(node_of[sl]).size:
+            continue
+        new: list[int] = []
+        for nd in take:
+            free = np.flatnonzero(avail_slot & (node_of == nd))
+            new += free[:min(n - len(new), free.size)].tolist()
+        out[sl] = EMPTY
+        out[np.array(new, dtype=np.int64)] = jj
+    return out

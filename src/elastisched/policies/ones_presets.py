@@ -27,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "require_history": False, "scale_in": "passed_over", "delta_reset": "changed", "refresh_keep_first": False,
     "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
     "quiet_s": 0.0, "hold_factor": 1.0, "preempt_factor": 1.0, "prior_s": 60.0,
-    "start_whole": False, "resize_factor": 1.0,
+    "start_whole": False, "resize_factor": 1.0, "pack_nodes": False,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
