@@ -7,11 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from elastisched import __version__
-from elastisched.cli_common import console, progress_bars
+from elastisched.cli_common import progress_bars
 from elastisched.cli_tools import register as register_tools
 from elastisched.reproduce_cli import LazyExperimentGroup
 
@@ -52,6 +50,9 @@ def version() -> None:
 @app.command("policies")
 def policies_cmd(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """List the registered scheduling policies."""
+    from rich.console import Console
+    from rich.table import Table
+
     from elastisched.policies.base import registered
 
     pols = registered()
@@ -83,6 +84,8 @@ def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy
             res = run_policies(s, [policy], seed_n, bars)[policy]
         write_run(out_path, res)
     sm = res.summary
+    from elastisched.cli_common import console
+
     console.print(f"{policy}: {sm['n_finished']}/{sm['n_jobs']} jobs, avg JCT {sm['avg_jct']:.1f} s, "
                   f"avg queue {sm['avg_queue']:.1f} s, utilisation {sm['gpu_utilization']:.1%}, "
                   f"{sm['wall_seconds']:.2f} s wall → {out}", markup=False, highlight=False)
@@ -109,12 +112,17 @@ def sim_compare(workload: WorkloadOpt, out: SimOutOpt = "results/compare",
         write_files(out_path, files)
         for name, r in results.items():
             write_run(out_path / name, r)
+    from rich.console import Console
+    from rich.table import Table
+
     t = Table("policy", "avg JCT (s)", "p95 JCT (s)", "avg queue (s)", "util", "restarts", "wall (s)")
     for name, r in results.items():
         m = r.summary
         t.add_row(name, f"{m['avg_jct']:.1f}", f"{m['p95_jct']:.1f}", f"{m['avg_queue']:.1f}",
                   f"{m['gpu_utilization']:.1%}", str(m["restarts"]), f"{m['wall_seconds']:.2f}")
     Console().print(t)
+    from elastisched.cli_common import console
+
     console.print(f"report: {out_path / 'report.html'}", markup=False, highlight=False)
 
 

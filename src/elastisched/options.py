@@ -45,9 +45,9 @@ def out_dir(text: str) -> Path:
 
 def policy(name: str, option: str = "--policy") -> str:
     """One registered policy name."""
-    from elastisched.policies.base import registered, unknown_policy_hint
+    from elastisched.policies.base import is_registered, unknown_policy_hint
 
-    if name not in registered():
+    if not is_registered(name):
         raise ConfigError(option, name[:80], unknown_policy_hint(name))
     return name
 

@@ -20,9 +20,10 @@ from typing import Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from elastisched.experiments.base import Experiment, ProgressFactory, registered_experiments
+if typing.TYPE_CHECKING:
+    from elastisched.experiments.base import Experiment, ProgressFactory
 
-Bars = Callable[[], AbstractContextManager[ProgressFactory]]
+Bars = Callable[[], "AbstractContextManager[ProgressFactory]"]
 Errors = Callable[[], AbstractContextManager[None]]
 _SCALARS = (int, float, str, bool, Path)
 
@@ -112,6 +113,8 @@ def build_command(exp: type[Experiment], bars: Bars, errors: Errors, echo: Calla
 
 def add_commands(group: typer.Typer, bars: Bars, errors: Errors, echo: Callable[[str], None] = typer.echo) -> None:
     """One `reproduce NAME` command per registered experiment."""
+    from elastisched.experiments.base import registered_experiments
+
     for name, exp in registered_experiments().items():
         cmd = build_command(exp, bars, errors, echo)
         group.command(name, help=cmd.__doc__)(cmd)

@@ -5,7 +5,9 @@ differ from the `faithful` preset, so the test fails if the rule is lost."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from elastisched.core.errors import ConfigError
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
 from elastisched.policies import ones_deploy as dep
 from elastisched.policies._ones_ops import trim_to_caps
@@ -40,6 +42,7 @@ def test_artifact_preset_sets_every_rule() -> None:
     assert PRESETS["artifact"]["throughput_limit"] is False and not art.throughput_limit  # A16 off
     assert art.artifact_gate and art.once_per_epoch and art.keep_first
     assert art.scale_in_mode == "every" and art.delta_reset == "all" and not art.restart_aware
+    assert art.epoch_clock == "epochs" and OnesPolicy("faithful", bootstrap=False).epoch_clock == "progress"
 
 
 def test_at_most_one_doubling_per_epoch() -> None:
@@ -113,6 +116,8 @@ def test_delta_clock_reset_for_every_job_of_a_new_schedule() -> None:
         # by hand: a new schedule was deployed (b started), so the artifact stamps a's clock with its 3.0 epochs
         assert sts[0]["last_placed"] == want, preset
         assert sts[1]["last_placed"] == 0.0
+        if preset == "artifact":  # the artifact's own clock: a's count (1 + 3 epochs) becomes its stamp
+            assert (sts[0]["ce"], sts[0]["stamp"]) == (4, 4)
     # and when nothing is deployed no clock moves
     pol = OnesPolicy("artifact", bootstrap=False)
     _wire(pol, 2)
@@ -171,3 +176,90 @@ def test_move_cost_charges_changes_to_running_jobs() -> None:
     # by hand: row 0 no change; row 1 resizes 0 to 4 GPUs (4·8) and stops 1 (2·30); row 2 starts a new job only
     assert dep.move_cost(counts, n_cur, running, 30.0, 8.0).tolist() == [0.0, 92.0, 0.0]
     assert dep.move_cost(counts, n_cur, running, 30.0, 8.0, "time").tolist() == [0.0, 38.0, 0.0]
+
+
+def _view(jid: str, epochs: float, slots: list[int], per: int = 4) -> JobView:
+    """A running (or, without slots, pending) view of `_job` on the nodes its slots fall in."""
+    nodes: dict[str, int] = {}
+    for s in slots:
+        nodes[f"n{s // per}"] = nodes.get(f"n{s // per}", 0) + 1
+    v = _job(jid, 2, 0, epochs)
+    if not slots:
+        return v
+    return JobView(v.spec, JobPhase.RUNNING, Allocation(tuple(nodes.items())), progress=v.progress,
+                   total_work=v.total_work, start_time=0.0)
+
+
+def _round(pol: OnesPolicy, views: list[JobView], best: list[int]) -> dict[str, list[int]]:
+    """One deployment of `best` (job indices per slot) from the views' current slots; returns the deployed slots."""
+    ids = [v.job_id for v in views]
+    cur = np.full(pol.capacity, E, dtype=np.int64)
+    for i, jid in enumerate(ids):
+        cur[pol.slots.get(jid, [])] = i
+    nodes = tuple(NodeView(f"n{i}", "t4", 4, index=i) for i in range(pol.capacity // 4))
+    snap = ClusterSnapshot(0.0, nodes, {v.job_id: v for v in views})
+    sts = [pol._observe(v) for v in views]
+    e = np.array([st["e"] for st in sts])
+    pol._deploy(snap, views, sts, cur, np.array(best), e, e >= 1.0)
+    return {k: list(v) for k, v in pol.slots.items()}
+
+
+def test_restamped_job_waits_only_for_the_end_of_its_epoch() -> None:
+    """Artifact δ clock: `completed_epochs` is an integer raised at each epoch's end, so a job restamped mid-epoch
+    (another job's start deploys a new schedule) may move once that epoch ends, not one full epoch later."""
+    got = {}
+    for clock in ("epochs", "progress"):
+        pol = OnesPolicy("artifact", bootstrap=False, delta_clock=clock)
+        _wire(pol, 2)
+        pol.slots = {"a": [0, 1]}
+        # round 1: a (2 GPUs, 3.4 epochs: count 1 + 3 = 4) keeps its slots, b starts on n1: a is stamped 4
+        _round(pol, [_view("a", 3.4, [0, 1]), _view("b", 0.0, [])], [0, 0, E, E, 1, 1, E, E])
+        # round 2, a at 3.9 epochs: count still 4 = stamp, so its growth to 4 GPUs is deferred (by hand: 4 < 4 + 1)
+        r2 = _round(pol, [_view("a", 3.9, [0, 1]), _view("b", 0.2, [4, 5])], [0, 0, 0, 0, 1, 1, E, E])
+        # round 3, a at 4.05 epochs: epoch 4 ended, count 5 ≥ 4 + 1: the growth is deployed
+        r3 = _round(pol, [_view("a", 4.05, [0, 1]), _view("b", 0.4, [4, 5])], [0, 0, 0, 0, 1, 1, E, E])
+        got[clock] = (r2["a"], r3["a"])
+    assert got["epochs"] == ([0, 1], [0, 1, 2, 3])
+    # the progress clock (before the fix) asks for a full epoch after the stamp: 4.05 − 3.4 < 1, still deferred
+    assert got["progress"] == ([0, 1], [0, 1])
+
+
+def test_fresh_job_is_stamped_before_its_initial_evaluation() -> None:
+    """`_wait_for_execution` stamps a fresh job at 0 before its initial evaluation raises the count to 1, so the
+    artifact may move it before it trains a full epoch (by hand: 0 + 1 > 1 is false, the update goes ahead)."""
+    got = {}
+    for clock in ("epochs", "progress"):
+        pol = OnesPolicy("artifact", bootstrap=False, delta_clock=clock)
+        _wire(pol, 2)
+        _round(pol, [_view("b", 0.0, [])], [E, E, E, E, 0, 0, E, E])  # b starts on n1
+        assert pol.slots["b"] == [4, 5]
+        got[clock] = _round(pol, [_view("b", 0.3, [4, 5])], [0, 0, E, E, E, E, E, E])["b"]  # best moves b to n0
+        if clock == "epochs":
+            assert (pol.js["b"]["ce"], pol.js["b"]["stamp"]) == (1, 1)  # moved: restamped with its count
+    assert got == {"epochs": [0, 1], "progress": [4, 5]}
+
+
+def test_own_change_restarts_the_epoch() -> None:
+    """A job whose own placement changes leaves its epoch early; the next epoch starts from its first sample, so
+    the clock opens one full epoch after the change (3.3 → 4.3), not at the next whole epoch (4.0)."""
+    pol = OnesPolicy("artifact", bootstrap=False)
+    _wire(pol, 2)
+    pol.slots = {"a": [0, 1]}
+    r1 = _round(pol, [_view("a", 3.3, [0, 1])], [0, 0, 0, 0, E, E, E, E])  # a grows 2 -> 4 at 3.3 epochs
+    assert r1["a"] == [0, 1, 2, 3]
+    st = pol.js["a"]
+    # by hand: count 1 + 3 = 4; the cut epoch ran 0.3 < half, so it does not count; the new epoch starts at 3.3
+    assert (st["ce"], st["origin"], st["stamp"]) == (4, 3.3, 4)
+    assert _round(pol, [_view("a", 4.1, [0, 1, 2, 3])], [0, 0, E, E, E, E, E, E])["a"] == [0, 1, 2, 3]
+    assert _round(pol, [_view("a", 4.35, [0, 1, 2, 3])], [0, 0, E, E, E, E, E, E])["a"] == [0, 1]
+    # that shrink cut the epoch begun at 4.3 after 0.05 (< half): no count; begun anew at 4.35, stamped 5
+    assert (st["ce"], st["stamp"]) == (5, 5)
+    # a cut of at least half an epoch counts (the worker evaluates it: num_samples·size·2 ≥ epoch_size): at 5.95
+    # the epoch begun at 4.35 has ended (count 6) and the one begun at 5.35 is 0.6 done: the growth makes it 7
+    assert _round(pol, [_view("a", 5.95, [0, 1])], [0, 0, 0, 0, E, E, E, E])["a"] == [0, 1, 2, 3]
+    assert (st["ce"], st["origin"], st["stamp"]) == (7, 5.95, 7)
+
+
+def test_delta_clock_option_is_checked() -> None:
+    with pytest.raises(ConfigError, match="delta_clock"):
+        OnesPolicy("artifact", bootstrap=False, delta_clock="wall")

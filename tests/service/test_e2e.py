@@ -91,9 +91,12 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
         request.addfinalizer(lambda: (svc.stop(), clean(address)))
     svc.start()
     elastic = policy in ("lyra", "pollux", "sia")
-    # d and e are the ones that land on the loan (queue order): long enough to be running at the reclaim
-    plan = [("a", "2", 40), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 30), ("e", "1", 30),
-            ("f", "1", 12)]
+    # d, e and f are the ones that can land on the loan: long enough (~10 s alone on a quiet machine) that the one
+    # on it is still training when the reclaim reaches it (at 12-30 epochs, ~1-4 s, one finished first on CI).
+    # a is resized from its first step on: 3,840 steps, so it still trains when the resize reaches it (a poll,
+    # two calls and a round later) on a machine several times faster (at 40 epochs, ~2 s of two workers here)
+    plan = [("a", "2", 120), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 90), ("e", "1", 90),
+            ("f", "1", 90)]
     if modelled:  # reduced plan: one-worker jobs (pollux starts every job on one GPU; one worker runs ~10x the
         # steps/s of two on these cores, hence more epochs), no admin resize (fifo and lyra cover it)
         plan = [("a", "1", 150), ("b", "1:2" if elastic else "1", 150), ("c", "1", 40), ("d", "1", 150),
@@ -126,7 +129,14 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     if not modelled:  # 1) an admin resize of a running job (checkpoint → relaunch at the new size, generation + 1)
         gen_a = jobs()["a"]["generation"]
         assert svc.api("POST", f"/v1/jobs/{ids['a']}:resize", json={"gpus": 1}).status_code == 202
-        wait_for(lambda: jobs()["a"]["generation"] > gen_a and jobs()["a"]["gpus"] == 1, 60, "a resized")
+        try:
+            wait_for(lambda: jobs()["a"]["generation"] > gen_a and jobs()["a"]["gpus"] == 1, 60, "a resized")
+        except AssertionError as e:  # the premise: a still trained when the resize reached it
+            a = svc.job(ids["a"])
+            raise AssertionError(f"{e}; a logged {len(_steps(tmp_path / 'a.jsonl'))} of {epochs['a'] * N // BATCH} "
+                                 f"steps; state {a['state']}, generations {a['generations']}") from None
+        print(f"a: {sum(s['gen'] == gen_a for s in _steps(tmp_path / 'a.jsonl'))} of {epochs['a'] * N // BATCH} "
+              "steps done when the resize stopped it")
 
     # 2) an inference server is lent: pending jobs (or elastic growth) use it
     offer = svc.api("POST", "/v1/loans", json={"nodes": 1, "gpus_per_node": 2,
@@ -139,13 +149,13 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
                                 and _steps(tmp_path / f"{j['name']}.jsonl")], 90, "a job training on the loan")
 
     # 3) ...and reclaimed mid-run: the job on it scales in or is checkpointed; none is lost
-    victim = on_loan[0]
+    victim = max(on_loan, key=lambda j: epochs[j["name"]] * N // BATCH - len(_steps(tmp_path / f"{j['name']}.jsonl")))
     assert svc.api("POST", "/v1/reclaims", json={"count": 1, "deadline_s": 30}).status_code == 202
     wait_for(lambda: svc.api("GET", "/v1/loans").json()["loans"][0]["state"] == "RETURNED", 60, "loan returned")
     assert all(not n.startswith("loan-") for j in jobs().values() for n, _ in j["placement"])
 
     done = wait_for(lambda: (js := jobs()) and all(j["state"] in ("SUCCEEDED", "FAILED") for j in js.values())
-                    and js, 150, "all jobs to end")
+                    and js, 240, "all jobs to end")
     assert {n: j["state"] for n, j in done.items()} == dict.fromkeys(ids, "SUCCEEDED")
     for name, jid in ids.items():
         final = _final(svc, jid)

@@ -1,28 +1,47 @@
-"""Frozen types, events, clocks and errors. No I/O, no dependency on anything else in elastisched."""
+"""Frozen types, events, clocks and errors. No I/O, no dependency on anything else in elastisched.
 
-from elastisched.core.clock import Clock, SimClock, WallClock
-from elastisched.core.errors import (
-    ConfigError,
-    ElastischedError,
-    InvariantViolation,
-    UnknownPolicyError,
-    WorkloadError,
-)
-from elastisched.core.events import Action, ActionKind, Event, JobFailed, JobFinished
-from elastisched.core.types import (
-    NO_ALLOCATION,
-    Allocation,
-    ClusterSnapshot,
-    Decision,
-    JobId,
-    JobPhase,
-    JobSpec,
-    JobView,
-    NodeId,
-    NodeView,
-    PendingReason,
-    Pool,
-)
+The names below are imported from their module on first use (PEP 562), so that `from elastisched.core.errors
+import ConfigError`, which every command line path runs, does not also build every frozen type and event.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from elastisched.core.clock import Clock, SimClock, WallClock
+    from elastisched.core.errors import (
+        ConfigError,
+        ElastischedError,
+        InvariantViolation,
+        UnknownPolicyError,
+        WorkloadError,
+    )
+    from elastisched.core.events import Action, ActionKind, Event, JobFailed, JobFinished
+    from elastisched.core.types import (
+        NO_ALLOCATION,
+        Allocation,
+        ClusterSnapshot,
+        Decision,
+        JobId,
+        JobPhase,
+        JobSpec,
+        JobView,
+        NodeId,
+        NodeView,
+        PendingReason,
+        Pool,
+    )
+
+_WHERE = {
+    "clock": ("Clock", "SimClock", "WallClock"),
+    "errors": ("ConfigError", "ElastischedError", "InvariantViolation", "UnknownPolicyError", "WorkloadError"),
+    "events": ("Action", "ActionKind", "Event", "JobFailed", "JobFinished"),
+    "types": ("NO_ALLOCATION", "Allocation", "ClusterSnapshot", "Decision", "JobId", "JobPhase", "JobSpec", "JobView",
+              "NodeId", "NodeView", "PendingReason", "Pool"),
+}
+_MODULE = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
     "NO_ALLOCATION",
@@ -51,3 +70,10 @@ __all__ = [
     "WallClock",
     "WorkloadError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

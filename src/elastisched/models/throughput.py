@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from bisect import bisect_right
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -130,19 +132,32 @@ def cached_fit(pts: np.ndarray, vals: np.ndarray) -> PolluxParams:
 
 def group_means(keys: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique key rows, per-group means of the values), computed as pandas' `groupby(keys).mean()`
-    does (Kahan-compensated sums in row order, then sum / count), so the numbers are bit-identical."""
-    groups: dict[tuple[float, ...], list[list[float]]] = {}  # key -> [sum, compensation, count] per value
-    for i, k in enumerate(zip(*(c.tolist() for c in keys), strict=True)):
-        acc = groups.setdefault(k, [[0.0, 0.0, 0] for _ in values])
-        for a, col in zip(acc, values, strict=True):
-            y = float(col[i]) - a[1]
-            t = a[0] + y
-            a[1] = t - a[0] - y
-            a[0] = t
-            a[2] += 1
-    order = sorted(groups)
-    return (np.array(order, dtype=float).reshape(len(order), len(keys)),
-            np.array([[a[0] / a[2] for a in groups[k]] for k in order], dtype=float).reshape(len(order), len(values)))
+    does (Kahan-compensated sums in row order, then sum / count), so the numbers are bit-identical. The
+    compensated sums run for all groups at once, one step per row rank within a group (elementwise float64
+    arithmetic: the same operations in the same order as row by row)."""
+    rows = list(zip(*(c.tolist() for c in keys), strict=True))
+    ids: dict[tuple[float, ...], int] = {}
+    gid = np.array([ids.setdefault(k, len(ids)) for k in rows], dtype=np.intp)
+    order = sorted(ids)
+    if not rows:
+        return np.zeros((0, len(keys))), np.zeros((0, len(values)))
+    counts = np.bincount(gid, minlength=len(ids))
+    by_group = np.argsort(gid, kind="stable")  # rows of group 0 in row order, then group 1, ...
+    rank = np.arange(len(rows)) - np.concatenate([[0], np.cumsum(counts)[:-1]])[gid[by_group]]
+    means = np.empty((len(ids), len(values)))
+    for j, col in enumerate(values):
+        grid = np.zeros((len(ids), int(counts.max())))
+        grid[gid[by_group], rank] = np.asarray(col, dtype=float)[by_group]
+        total, comp = np.zeros(len(ids)), np.zeros(len(ids))
+        for r in range(grid.shape[1]):
+            live = counts > r
+            y = grid[:, r] - comp
+            t = total + y
+            comp = np.where(live, t - total - y, comp)
+            total = np.where(live, t, total)
+        means[:, j] = total / counts
+    perm = [ids[k] for k in order]
+    return np.array(order, dtype=float).reshape(len(order), len(keys)), means[perm].reshape(len(order), len(values))
 
 
 def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
@@ -151,6 +166,14 @@ def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
     if not p:
         return p
     return min(p[i:] + p[:i] for i in range(len(p)))
+
+
+@lru_cache(maxsize=65536)
+def _placement_key(placement: tuple[int, ...]) -> tuple[tuple[int, ...], str | None]:
+    """(canonical placement, its key among the measured placements, None for a count ≥ 10 on a node), once per
+    placement: the step-time memo is per (placement, batch), and a placement is asked at many batches."""
+    p = canonical_placement(placement)
+    return p, "".join(map(str, p)) if all(x < 10 for x in p) else None
 
 
 class ProfileInterpolator:
@@ -170,12 +193,22 @@ class ProfileInterpolator:
         self._vals = vals
         self._nd: CachedInterpolator | None = None
         self._x1: np.ndarray | None = None
+        #: every coordinate varies: a query goes to the N-d interpolant as it is
+        self._nd_only = bool(varying.all())
         if varying.sum() >= 2:
             self._nd = interpolator(pts[:, varying], vals, cache_dir())
         elif varying.sum() == 1:
             x = pts[:, varying][:, 0]
             order = np.argsort(x, kind="stable")
             self._x1, self._vals = x[order], vals[order]
+
+    def values(self, query: list[float]) -> tuple[float, ...] | None:
+        """The interpolated values as floats; None where `__call__` gives any NaN (the caller then falls back)."""
+        if self._nd is not None and self._nd_only:
+            out = self._nd([float(v) for v in query])
+            return None if out is None or any(v != v for v in out) else tuple(out)
+        arr = self(query)
+        return None if bool(np.isnan(arr).any()) else tuple(float(v) for v in arr)
 
     def __call__(self, query: list[float]) -> np.ndarray:
         q = [float(v) for v in query]
@@ -199,14 +232,15 @@ class ThroughputModel:
 
     def __init__(self, profile: ThroughputProfile, max_nodes_interp: int = 16) -> None:
         pl, sc = profile.placement_columns, profile.scalability_columns
-        self._by_placement: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._by_placement: dict[str, tuple[list[float], list[float], list[float]]] = {}  # bsz, step, sync
         groups: dict[str, list[int]] = {}
         for i, key in enumerate(pl["placement"]):
             groups.setdefault(str(key), []).append(i)
         for key in sorted(groups):  # pandas' groupby("placement").sort_values("local_bsz"), same order
             rows = np.array(groups[key])
             rows = rows[np.argsort(pl["local_bsz"][rows], kind="quicksort")]
-            self._by_placement[key] = (pl["local_bsz"][rows], np.c_[pl["step_time"][rows], pl["sync_time"][rows]])
+            self._by_placement[key] = (pl["local_bsz"][rows].tolist(), pl["step_time"][rows].tolist(),
+                                       pl["sync_time"][rows].tolist())
         xs, ys = ("num_nodes", "num_replicas", "local_bsz"), ("step_time", "sync_time")
         keys, means = group_means([pl[c] for c in xs], [pl[c] for c in ys])
         pts = np.vstack([keys, np.c_[tuple(sc[c] for c in xs)]])
@@ -219,16 +253,33 @@ class ThroughputModel:
         self.step_sync = lru_cache(maxsize=65536)(self._step_sync)
 
     def _step_sync(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
-        p = canonical_placement(placement)
+        p, key = _placement_key(placement)
         if not p:
             raise ValueError("empty placement")
-        key = "".join(map(str, p)) if all(x < 10 for x in p) else None
         if key is not None and key in self._by_placement:
-            bs, ts = self._by_placement[key]
+            bs, step, sync = self._by_placement[key]
             if bs[0] <= local_bsz <= bs[-1]:
-                return float(np.interp(local_bsz, bs, ts[:, 0])), float(np.interp(local_bsz, bs, ts[:, 1]))
+                return interp1(local_bsz, bs, step), interp1(local_bsz, bs, sync)
         nodes, reps = min(len(p), self._max_nodes), sum(p)
-        out = self._interp([nodes, reps, local_bsz])
-        if np.all(np.isfinite(out)):
-            return float(out[0]), float(out[1])
+        out = self._interp.values([nodes, reps, local_bsz])
+        if out is not None and math.isfinite(out[0]) and math.isfinite(out[1]):
+            return out[0], out[1]
         return self.params.step_sync(len(p), reps, local_bsz)
+
+
+def interp1(x: float, xp: list[float], fp: list[float]) -> float:
+    """`float(np.interp(x, xp, fp))` for `xp[0] <= x <= xp[-1]`, in plain floats (numpy's scalar call costs more
+    than the arithmetic): the same interval (the last j with xp[j] <= x), the same formula and NaN handling as
+    numpy's `compiled_interp`, so the same bits (tests/models/test_throughput_fast.py)."""
+    if x == xp[-1]:
+        return fp[-1]
+    j = bisect_right(xp, x) - 1
+    if xp[j] == x:
+        return fp[j]
+    slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+    r = slope * (x - xp[j]) + fp[j]
+    if r != r:
+        r = slope * (x - xp[j + 1]) + fp[j + 1]
+        if r != r and fp[j] == fp[j + 1]:
+            r = fp[j]
+    return r

@@ -81,9 +81,45 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
+_ALL_LOADED: list[bool] = []
+
+
 def _load_builtin() -> None:
-    # Importing the package registers every built-in policy.
-    import elastisched.policies  # noqa: F401
+    """Import every module of the package (once): each built-in policy registers itself (discovery, not a
+    dependency)."""
+    if _ALL_LOADED:
+        return
+    import importlib
+    import pkgutil
+
+    import elastisched.policies as pkg
+
+    for m in pkgutil.iter_modules(pkg.__path__):
+        if not m.name.startswith("_") and m.name != "base":
+            importlib.import_module(f"{pkg.__name__}.{m.name}")
+    _ALL_LOADED.append(True)
+
+
+def _load(name: str) -> None:
+    """Register policy `name` by importing its module alone when it is a known built-in, else every module."""
+    if name in _REGISTRY:
+        return
+    import importlib
+
+    import elastisched.policies as pkg
+
+    module = pkg.BUILTIN.get(name)
+    if module is not None:
+        importlib.import_module(f"{pkg.__name__}.{module}")
+    if name not in _REGISTRY:
+        _load_builtin()
+
+
+def is_registered(name: str) -> bool:
+    """Whether `make_policy(name)` will find a policy (imports that policy's module alone when it is a built-in,
+    every policy module when the name is unknown)."""
+    _load(name)
+    return name in _REGISTRY
 
 
 def registered() -> dict[str, Callable[..., Policy]]:
@@ -103,7 +139,7 @@ def unknown_policy_hint(name: str) -> str:
 
 def make_policy(name: str, **options: Any) -> Policy:
     """Instantiate a registered policy by name; unknown names get a 'did you mean' and the known ones."""
-    _load_builtin()
+    _load(name)
     try:
         factory = _REGISTRY[name]
     except KeyError:

@@ -29,6 +29,7 @@ from elastisched.models.ones_history import FoldedHistory
 from elastisched.models.online_throughput import OnlineThroughput
 from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable, features
 from elastisched.policies import _ones_ops as ops
+from elastisched.policies import ones_artifact as art
 from elastisched.policies import ones_deploy as dep
 from elastisched.policies import ones_jct as jct
 from elastisched.policies import ones_layout, ones_state
@@ -68,9 +69,10 @@ class OnesPolicy(Policy):
         samples, fitness, require_history = o["samples"], o["fitness"], o["require_history"]
         if o["scale_in"] not in ("passed_over", "every"):
             raise ConfigError("scale_in", o["scale_in"], "must be 'passed_over' or 'every'")
-        if o["delta_reset"] not in ("changed", "all"):
-            raise ConfigError("delta_reset", o["delta_reset"], "must be 'changed' or 'all'")
-        self.scale_in_mode, self.delta_reset = o["scale_in"], o["delta_reset"]
+        for key, ok in (("delta_reset", ("changed", "all")), ("delta_clock", art.CLOCKS)):
+            if o[key] not in ok:
+                raise ConfigError(key, o[key], f"must be one of {', '.join(ok)}")
+        self.scale_in_mode, self.delta_reset, self.epoch_clock = o["scale_in"], o["delta_reset"], o["delta_clock"]
         self.keep_first, self.once_per_epoch = bool(o["refresh_keep_first"]), bool(o["double_once_per_epoch"])
         self.restart_aware = bool(o["restart_aware"])
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
@@ -288,21 +290,10 @@ class OnesPolicy(Policy):
 
     def _quiet_round(self, snap: ClusterSnapshot, ids: list[str], sts: list[dict[str, Any]],
                      jobs: list[JobView]) -> Decision | None:
-        """The last decision again if nothing it depends on changed (no arrival, completion, finished epoch or
-        change since a settled deployment) and it is younger than `quiet_s`; else None."""
-        q = self._quiet
-        if self.quiet_s <= 0 or q is None or snap.now - q["t"] >= self.quiet_s:
-            return None
-        if q["sig"] != self._sig(ids, sts, [j.allocation.placement for j in jobs]):
-            return None
-        return Decision({j.job_id: j.allocation for j in jobs if j.gpus},
-                        {k: PendingReason(v) for k, v in q["reasons"].items()})
+        return ones_state.quiet_round(self, snap, ids, sts, jobs)
 
     def _sig(self, ids: list[str], sts: list[dict[str, Any]], placements: list[Any]) -> str:
-        """What a round's outcome depends on besides random draws: jobs, epochs done, placements, and whether
-        each job's δ clock and scale-up gate are open."""
-        return repr((ids, placements, [(int(st["e"] + 1e-9), st["e"] - st["last_placed"] >= self.delta,
-                                        st["e"] - st["last_change"] >= self.scale_gate) for st in sts]))
+        return ones_state.sig(self, ids, sts, placements)
 
     def _generation(self, cur: np.ndarray, caps: np.ndarray, maxs: np.ndarray, new: np.ndarray,
                     executed: np.ndarray, rem: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
@@ -356,7 +347,7 @@ class OnesPolicy(Policy):
         when every job whose placement changes has done ≥ δ epochs since its last (re)placement."""
         j = len(jobs)
         running = np.array([job.gpus > 0 for job in jobs])
-        since = e - np.array([st["last_placed"] for st in sts])
+        since = art.since(sts) if self.epoch_clock == "epochs" else e - np.array([st["last_placed"] for st in sts])
         out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
         for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
             if sts[i]["resume"]:
@@ -364,6 +355,8 @@ class OnesPolicy(Policy):
                 sts[i]["max_size"] = sts[i]["resume"]
         changed = dep.changed_jobs(cur, out, j)
         reset_all = self.delta_reset == "all" and changed.any()  # artifact: a new schedule stamps every job
+        if self.epoch_clock == "epochs":  # the artifact's epoch count (`ones_artifact`)
+            art.stamp(sts, changed, dep.slot_counts(out, j) > 0, reset_all)
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
         self.slots = {}

@@ -15,12 +15,8 @@ from elastisched.policies._ones_ops import EMPTY
 
 def same_nodes(slots: list[int], job: JobView, node_ids: list[str], node_of: np.ndarray) -> bool:
     """Whether `slots` cover exactly the job's placement (GPUs per node)."""
-    want = {n: g for n, g in job.allocation.placement}
-    have: dict[str, int] = {}
-    for s in slots:
-        nid = node_ids[node_of[s]]
-        have[nid] = have.get(nid, 0) + 1
-    return want == have
+    have = [node_ids[n] for n in node_of[slots]]
+    return dict(job.allocation.placement) == {n: have.count(n) for n in set(have)}
 
 
 def current(snap: ClusterSnapshot, slots: dict[str, list[int]], index: dict[str, int], node_first: dict[str, int],

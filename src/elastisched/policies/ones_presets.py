@@ -4,7 +4,9 @@
 - "artifact": what the artifact's code does, bugs included: the scale-up gate degraded to "≥ 1 epoch"
   (A4 unfixed), at most one doubling per epoch, no throughput limit (A16 off), scale-in that halves every
   preempted job's resume size in every unthrottled update, the δ clock reset for every job of a newly
-  deployed schedule, and `_refresh` keeping the first gene of a job whose cap is 0;
+  deployed schedule and kept on the artifact's integer epoch count (`ones_artifact`: a fresh job is stamped
+  before its initial evaluation, a restamped one waits only for the end of its epoch), and `_refresh` keeping
+  the first gene of a job whose cap is 0;
 - "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness is the
   predicted remaining time with a left-out job counted on one GPU (D4, so preempting a job never looks like a
   gain) plus the restart/resize cost of each change to a running job, and a running job keeps its slots unless
@@ -26,14 +28,14 @@ DEFAULTS: dict[str, Any] = {
     "bootstrap": True, "start": "one", "growth": "double", "samples": False, "fitness": "gpu_time",
     "require_history": False, "scale_in": "passed_over", "delta_reset": "changed", "refresh_keep_first": False,
     "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
-    "quiet_s": 0.0, "hold_factor": 1.0, "preempt_factor": 1.0, "prior_s": 60.0,
+    "quiet_s": 0.0, "hold_factor": 1.0, "delta_clock": "progress", "preempt_factor": 1.0, "prior_s": 60.0,
     "start_whole": False, "resize_factor": 1.0, "pack_nodes": False,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
     "faithful": {},
     "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
-                 "refresh_keep_first": True, "double_once_per_epoch": True},
+                 "refresh_keep_first": True, "double_once_per_epoch": True, "delta_clock": "epochs"},
     "tuned": {"start": "node", "fitness": "time", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
               "delta_epochs": 1.5, "hold_factor": 3.0},
 }

@@ -1,4 +1,4 @@
-"""`state_dict` / `load_state_dict` of the `ones` policy (split from `ones.py` for its 400-line limit).
+"""`state_dict` / `load_state_dict` and the quiet-round test of the `ones` policy (split from `ones.py`).
 
 Everything a restarted daemon needs to continue the same search: the population, deployed slots, per-job
 ONES state, the RNG, online throughput readings, the fitted predictor(s) and the quiet-round signature.
@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from elastisched.core.types import ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.models.progress_predictor import BetaProgressPredictor
 
 
@@ -50,3 +51,23 @@ def load(pol: Any, state: Mapping[str, Any]) -> None:
             if ps is not None:
                 p.load_state_dict(ps)
         pol.pred = pol.preds[0]
+
+
+def sig(pol: Any, ids: list[str], sts: list[dict[str, Any]], placements: list[Any]) -> str:
+    """What a round's outcome depends on besides random draws: jobs, epochs done, placements, and whether
+    each job's δ clock and scale-up gate are open."""
+    return repr((ids, placements, [(int(st["e"] + 1e-9), st["e"] - st["last_placed"] >= pol.delta,
+                                    st["e"] - st["last_change"] >= pol.scale_gate) for st in sts]))
+
+
+def quiet_round(pol: Any, snap: ClusterSnapshot, ids: list[str], sts: list[dict[str, Any]],
+                jobs: list[JobView]) -> Decision | None:
+    """The last decision again if nothing it depends on changed (no arrival, completion, finished epoch or
+    change since a settled deployment) and it is younger than `quiet_s` (tuned preset); else None."""
+    q = pol._quiet
+    if pol.quiet_s <= 0 or q is None or snap.now - q["t"] >= pol.quiet_s:
+        return None
+    if q["sig"] != sig(pol, ids, sts, [j.allocation.placement for j in jobs]):
+        return None
+    return Decision({j.job_id: j.allocation for j in jobs if j.gpus},
+                    {k: PendingReason(v) for k, v in q["reasons"].items()})

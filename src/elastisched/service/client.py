@@ -9,6 +9,7 @@ commands must start fast.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,25 @@ def unauthorized_hint(source: str) -> str:
             f"`export {TOKEN_ENV}=TOKEN`.")
 
 
-def client(server: str | None, token: str | None) -> tuple[Any, str]:
-    """An httpx client for the API and where its token came from."""
+def _httpx() -> Any:
+    """httpx without its own command line: its `__init__` imports `httpx._main` (click, pygments, rich.syntax:
+    about a third of a client command's start) whenever click and rich are installed, and falls back to a stub
+    `main` when that import fails. The block is lifted right after, so a later `import httpx._main` works."""
+    if "httpx" not in sys.modules and "httpx._main" not in sys.modules:
+        sys.modules["httpx._main"] = None  # type: ignore[assignment]  # import fails: httpx uses its stub
+        try:
+            import httpx
+        finally:
+            if sys.modules.get("httpx._main", 0) is None:
+                del sys.modules["httpx._main"]
     import httpx
 
+    return httpx
+
+
+def client(server: str | None, token: str | None) -> tuple[Any, str]:
+    """An httpx client for the API and where its token came from."""
+    httpx = _httpx()
     tok, source = resolve(token)
     return httpx.Client(base_url=server or DEFAULT_SERVER, timeout=60,
                         headers={"Authorization": f"Bearer {tok}"} if tok else {}), source
@@ -65,8 +81,7 @@ def fail(status: int, detail: Any, source: str) -> None:
 
 def call(server: str | None, token: str | None, method: str, path: str, **kw: Any) -> Any:
     """One request; JSON or text back, or a one-line error and a non-zero exit."""
-    import httpx
-
+    httpx = _httpx()
     try:
         c, source = client(server, token)
         with c:

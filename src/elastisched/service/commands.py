@@ -21,7 +21,6 @@ import typer
 from elastisched.service.client import DEFAULT_SERVER, fail, no_logs_message
 from elastisched.service.client import call as _call
 from elastisched.service.client import client as _client
-from elastisched.service.reasons import describe_reason
 
 JsonOpt = typer.Option(False, "--json", help="machine-readable output")
 ServerOpt = typer.Option(None, "--server", envvar="ELASTISCHED_SERVER", help=f"API URL (default {DEFAULT_SERVER})")
@@ -157,6 +156,8 @@ def register(app: typer.Typer) -> None:
         for k in ("id", "name", "state", "reason", "gpus", "placement", "batch_size", "generation", "restarts",
                   "retries", "script", "args", "message"):
             waits = k == "reason" and d["state"] in ("PENDING", "SUSPENDED")
+            from elastisched.service.reasons import describe_reason
+
             typer.echo(f"{k + ':':12} {describe_reason(d[k]) if waits else d[k]}")
         typer.echo("\ngenerations:")
         _table(["GEN", "CAUSE", "PLACEMENT", "OUTCOME", "EXIT", "STARTED"],

@@ -13,10 +13,9 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from elastisched.core.errors import ConfigError
-from elastisched.models.registry import PerfModels
-from elastisched.workloads.gavel import load_gavel_tsv
 from elastisched.workloads.pollux import load_pollux_csv
 from elastisched.workloads.schema import (
     DAYS,
@@ -29,8 +28,9 @@ from elastisched.workloads.schema import (
     csv_rows,
     read_text,
 )
-from elastisched.workloads.synthetic import synthetic
-from elastisched.workloads.traces import load_raw_trace
+
+if TYPE_CHECKING:
+    from elastisched.models.registry import PerfModels
 
 __all__ = ["InferenceTask", "Workload", "bundled_workload_path", "load_workload"]
 
@@ -68,6 +68,9 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
     kind, _, rest = spec.partition(":")
     if kind == "pollux" and rest:
         return load_pollux_csv(bundled_workload_path(rest), models.apps, name=rest)
+    # the other loaders are imported by the branch that uses them (a start-up cost a Pollux run does not pay)
+    from elastisched.workloads.traces import load_raw_trace
+
     if kind == "philly":
         o = _opts(kind, rest, ("sample", "seed", "days"))
         days = DAYS.option("philly:days", o["days"]) if "days" in o else None
@@ -75,6 +78,8 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
                               sample=SAMPLE.option("philly:sample", o["sample"]) if "sample" in o else None,
                               end=days * 86400 if days else None)
     if kind == "synthetic":
+        from elastisched.workloads.synthetic import synthetic
+
         o = _opts(kind, rest, ("num_jobs", "rate", "seed"))
         return synthetic(models, num_jobs=NUM_JOBS.option("synthetic:num_jobs", o.get("num_jobs", "100")),
                          rate_per_hour=RATE.option("synthetic:rate", o.get("rate", "20")),
@@ -93,6 +98,8 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
     if is_dir:
         raise ConfigError("--workload", spec, "is a directory; expected a trace file")
     if path.suffix in (".trace", ".tsv"):
+        from elastisched.workloads.gavel import load_gavel_tsv
+
         return load_gavel_tsv(path, models)
     header, _ = csv_rows(str(path), read_text(path))
     if "name" in header:
