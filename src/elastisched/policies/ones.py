@@ -69,7 +69,8 @@ class OnesPolicy(Policy):
         samples, fitness, require_history = o["samples"], o["fitness"], o["require_history"]
         if o["scale_in"] not in ("passed_over", "every"):
             raise ConfigError("scale_in", o["scale_in"], "must be 'passed_over' or 'every'")
-        for key, ok in (("delta_reset", ("changed", "all")), ("delta_clock", art.CLOCKS)):
+        for key, ok in (("delta_reset", ("changed", "all")), ("delta_clock", art.CLOCKS),
+                        ("queue_area", ("row", "resume"))):
             if o[key] not in ok:
                 raise ConfigError(key, o[key], f"must be one of {', '.join(ok)}")
         self.scale_in_mode, self.delta_reset, self.epoch_clock = o["scale_in"], o["delta_reset"], o["delta_clock"]
@@ -80,6 +81,7 @@ class OnesPolicy(Policy):
         self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
         self.start_whole, self.resize_factor, self.pack = (bool(o["start_whole"]), float(o["resize_factor"]),
                                                            bool(o["pack_nodes"]))
+        self.resume_area = o["queue_area"] == "resume"
         self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
@@ -106,7 +108,7 @@ class OnesPolicy(Policy):
         self.thr = OnlineThroughput()
         self._tab: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None = None  # cached throughput tables
         self._xtab = np.zeros((1, 0))
-        self._xcols: dict[str, tuple[Any, np.ndarray]] = {}  # `_xcol` per job
+        self._xcols: dict[str, tuple[Any, np.ndarray]] = {}  # `_xtable` columns per job
         self._layouts: tuple[Any, list[str], dict[bytes, np.ndarray]] = (None, [], {})  # reorder memo
         self.pred = BetaProgressPredictor()
         self.preds = [self.pred]  # one model per held-out fold of a `FoldedHistory` (no leakage), else one
@@ -253,7 +255,7 @@ class OnesPolicy(Policy):
         if self._tab is None or self._tab[0] != ids or self._tab[3].shape[0] != c + 1:
             # the throughput tables change only with a reading; x(n) for n = 0..C is looked up, not interpolated
             pn, px = self.thr.tables(ids)
-            self._tab = (ids, pn, px, np.stack([self._xcol(jid, c) for jid in ids], axis=1))
+            self._tab = (ids, pn, px, self._xtable(ids, pn, px, c))
         pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
@@ -276,17 +278,22 @@ class OnesPolicy(Policy):
                        "reasons": {k: str(v) for k, v in dec.reasons.items()}}
         return dec
 
-    def _xcol(self, jid: str, c: int) -> np.ndarray:
-        """x(n) for n = 0..C of one job, kept until its next reading (the same values as interpolating the whole
-        (C + 1, J) table at once: each entry depends only on its own job's points)."""
-        pts = self.thr.points(jid)  # the same tuple object until the job's next reading
-        n, x = pts
-        key = pts if n.size else None
-        hit = self._xcols.get(jid)
-        if hit is None or hit[0] is not key or hit[1].shape[0] != c + 1:
-            pn, px = (n[None, :], x[None, :]) if n.size else (np.full((1, 1), np.inf), np.zeros((1, 1)))
-            hit = self._xcols[jid] = (key, ops.interp_throughput(pn, px, np.arange(c + 1.0)[:, None])[:, 0])
-        return hit[1]
+    def _xtable(self, ids: list[str], pn: np.ndarray, px: np.ndarray, c: int) -> np.ndarray:
+        """(C + 1, J) x(n) for n = 0..C. A job's column is kept until its next reading; the stale ones are
+        interpolated together (each entry depends only on its own job's points: the values of the whole table)."""
+        stale: list[tuple[int, Any]] = []
+        for i, jid in enumerate(ids):
+            pts = self.thr.points(jid)  # the same tuple object until the job's next reading
+            key = pts if pts[0].size else None
+            hit = self._xcols.get(jid)
+            if hit is None or hit[0] is not key or hit[1].shape[0] != c + 1:
+                stale.append((i, key))
+        if stale:
+            idx = np.array([i for i, _ in stale])
+            tab = ops.interp_throughput(pn[idx], px[idx], np.repeat(np.arange(c + 1.0)[:, None], idx.size, 1))
+            for k, (i, key) in enumerate(stale):
+                self._xcols[ids[i]] = (key, tab[:, k])
+        return np.stack([self._xcols[jid][1] for jid in ids], axis=1)
 
     def _quiet_round(self, snap: ClusterSnapshot, ids: list[str], sts: list[dict[str, Any]],
                      jobs: list[JobView]) -> Decision | None:
@@ -317,11 +324,11 @@ class OnesPolicy(Policy):
         counts = ops.pad(counts, c, new_order, exec_order, caps, np.where(executed, maxs, 0), start)
         free = self._jct[2] if self.fitness == "mixed" else np.ones(j, dtype=bool)  # jobs without a progress log
         if self.fitness == "jct":
-            score = jct.fitness(counts, self._jct[0], self._jct[1], c)
+            score = jct.fitness(counts, self._jct[0], self._jct[1], c, None, self.resume_area)
         elif self.fitness == "mixed":  # D4 for jobs with a progress log (exactly "time" when all have one), D5 else
             score = ops.fitness(counts, np.where(free, np.nan, rem), pts_n, pts_x, "time", self._xtab)
             if free.any():
-                score = score + jct.fitness(counts, self._jct[0], self._jct[1], c, free)
+                score = score + jct.fitness(counts, self._jct[0], self._jct[1], c, free, self.resume_area)
         else:
             score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
         if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost

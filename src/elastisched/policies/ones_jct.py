@@ -38,17 +38,21 @@ def time_table(rem: np.ndarray, xtab: np.ndarray, has_x: np.ndarray, prior_gpu: 
 
 
 def fitness(counts: np.ndarray, ttab: np.ndarray, size: np.ndarray, capacity: int,
-            mask: np.ndarray | None = None) -> np.ndarray:
+            mask: np.ndarray | None = None, resume_area: bool = False) -> np.ndarray:
     """Sum of predicted completion times per (P, J) row of counts (module docstring); lower is better.
 
     `mask`: count only these jobs' completion times (the "mixed" fitness: the jobs without a progress log);
-    the GPU-time they wait behind is that of every job the row runs."""
+    the GPU-time they wait behind is that of every job the row runs. `resume_area`: a running job's GPU-time
+    is taken at its resume size (its current size if it runs), whatever the row gives it, so growing a job is
+    judged by its own time only and the queue term weighs admissions and preemptions (`queue_area`)."""
     j = counts.shape[1]
     cols = np.arange(j)
     t_run = ttab[counts, cols[None, :]]  # (P, J); only where counts > 0
     run = counts > 0
     served = np.where(run, t_run, 0.0)
     area_run = (served * counts).sum(axis=1)  # GPU-seconds of the jobs the row runs
+    if resume_area:
+        area_run = np.where(run, (size * ttab[size, cols])[None, :], 0.0).sum(axis=1)
     if mask is not None:
         cols = np.flatnonzero(mask)
         served, run = served[:, cols], run[:, cols]
