@@ -113,15 +113,16 @@ def test_pack_moves_a_straddling_start_onto_one_node() -> None:
 
 
 def test_mixed_decides_as_time_when_every_job_has_a_progress_log() -> None:
-    log = {"acc_curve": [0.1 * k for k in range(1, 11)], "loss_curve": [2.0 / k for k in range(1, 11)],
-           "initial_loss": 2.5}
-    jobs = {f"j{k}": _view(f"j{k}", 4 if k < 2 else 0, 3.0 + k if k < 2 else 0.0, 1e4 * (k + 1), log)
-            for k in range(4)}
-    jobs["j1"] = JobView(jobs["j1"].spec, JobPhase.RUNNING, Allocation((("n1", 4),)), progress=40.0,
-                         total_work=1e9, run_time=300.0, start_time=0.0, observed_throughput={4: 80.0})
-    snap = ClusterSnapshot(1000.0, (NodeView("n0", "t4", 4), NodeView("n1", "t4", 4), NodeView("n2", "t4", 4)), jobs)
-    a, b = (OnesPolicy("tuned", bootstrap=False, fitness=f, quiet_s=0.0) for f in ("time", "mixed"))
+    log = {"acc_curve": [0.1] * 10, "loss_curve": [2.0] * 10, "initial_loss": 2.5}
+    jobs = {"long": _view("long", 4, 5.0, 1e6, log), "mid": _view("mid", 4, 3.0, 1e4, log),
+            "new": _view("new", 0, 0.0, 1e6, log), "new2": _view("new2", 0, 0.0, 1e5, log)}
+    jobs["mid"] = JobView(jobs["mid"].spec, JobPhase.RUNNING, Allocation((("n1", 4),)), progress=30.0,
+                          total_work=1e9, run_time=300.0, start_time=0.0, observed_throughput={4: 80.0})
+    snap = ClusterSnapshot(1000.0, (NodeView("n0", "t4", 4), NodeView("n1", "t4", 4)), jobs)
+    pols = {f: OnesPolicy("tuned", bootstrap=False, fitness=f, quiet_s=0.0) for f in ("time", "mixed", "jct")}
+    decs: dict[str, list[Any]] = {f: [] for f in pols}
     for _ in range(4):
-        da, db = a.schedule(snap, PolicyContext(seed=1)), b.schedule(snap, PolicyContext(seed=1))
-        assert dict(da.allocations) == dict(db.allocations) and dict(da.reasons) == dict(db.reasons)
-    assert np.array_equal(a.pop, b.pop)
+        for f, pol in pols.items():
+            decs[f].append(dict(pol.schedule(snap, PolicyContext(seed=1)).allocations))
+    assert decs["mixed"] == decs["time"]
+    assert decs["jct"] != decs["time"]  # the scenario tells the fitnesses apart
