@@ -81,7 +81,7 @@ class OnesPolicy(Policy):
         self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
         self.start_whole, self.resize_factor, self.pack = (bool(o["start_whole"]), float(o["resize_factor"]),
                                                            bool(o["pack_nodes"]))
-        self.resume_area = o["queue_area"] == "resume"
+        self.resume_area, self.explore = o["queue_area"] == "resume", bool(o["explore"])
         self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
@@ -258,6 +258,9 @@ class OnesPolicy(Policy):
             self._tab = (ids, pn, px, self._xtable(ids, pn, px, c))
         pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
+        free = np.array([not (s.attrs.get("acc_curve") or s.attrs.get("loss_curve")) for s in self._specs])
+        if self.explore and free.any():  # D8: optimistic sizes above the largest observed, jobs without a log
+            self._xtab, limit = jct.explore(self._xtab, limit, pts_n, pts_x, free)
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
         rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
         if self.pop is None:
@@ -267,8 +270,7 @@ class OnesPolicy(Policy):
             start = np.array([self._start_size(s) for s in self._specs], dtype=np.int64)
             size = np.clip(np.where(running, n_now, np.where(caps > 0, caps, start)), 1, c)
             prior = np.maximum([j.attained_service for j in jobs], self.prior_s * size)
-            self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size,
-                         np.array([not (s.attrs.get("acc_curve") or s.attrs.get("loss_curve")) for s in self._specs]))
+            self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size, free)
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
         held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor, self._xtab)
                 if self.restart_aware else None)
@@ -295,12 +297,7 @@ class OnesPolicy(Policy):
                 self._xcols[ids[i]] = (key, tab[:, k])
         return np.stack([self._xcols[jid][1] for jid in ids], axis=1)
 
-    def _quiet_round(self, snap: ClusterSnapshot, ids: list[str], sts: list[dict[str, Any]],
-                     jobs: list[JobView]) -> Decision | None:
-        return ones_state.quiet_round(self, snap, ids, sts, jobs)
-
-    def _sig(self, ids: list[str], sts: list[dict[str, Any]], placements: list[Any]) -> str:
-        return ones_state.sig(self, ids, sts, placements)
+    _quiet_round, _sig = ones_state.quiet_round, ones_state.sig
 
     def _generation(self, cur: np.ndarray, caps: np.ndarray, maxs: np.ndarray, new: np.ndarray,
                     executed: np.ndarray, rem: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,

@@ -87,3 +87,22 @@ def admit_whole(counts: np.ndarray, capacity: int, order: np.ndarray, start: np.
         free = capacity - n.sum(axis=1)
         n[(n[:, i] == 0) & (free >= start[i]), i] = start[i]
     return n
+
+
+def explore(xtab: np.ndarray, limit: np.ndarray | None, pts_n: np.ndarray, pts_x: np.ndarray,
+            free: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """`explore` (D8), for the jobs in `free` (no progress log) that have a reading: a GPU count above the largest
+    observed one is taken to scale linearly from the best observed per-GPU rate, and A16's limit does not stop
+    them. On T4 a job measured slower on 8 GPUs (two nodes) than on 4 may still be 2× faster on 16; the online
+    model alone, extrapolating the falling segment, would never try. Returns a new table (the cached one is
+    left untouched) and the limits."""
+    ok = np.isfinite(pts_n)
+    largest = np.where(ok, pts_n, 0.0).max(axis=1, initial=0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per = np.where(ok, pts_x / np.where(ok, pts_n, 1.0), 0.0).max(axis=1, initial=0.0)
+    n = np.arange(xtab.shape[0], dtype=float)[:, None]
+    beyond = (n > largest[None, :]) & (free & (largest > 0))[None, :]
+    out = np.where(beyond, np.maximum(xtab, n * per[None, :]), xtab)
+    if limit is not None:
+        limit = np.where(free & (largest > 0), np.iinfo(np.int64).max // 4, limit)
+    return out, limit
