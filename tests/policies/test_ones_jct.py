@@ -126,3 +126,14 @@ def test_mixed_decides_as_time_when_every_job_has_a_progress_log() -> None:
             decs[f].append(dict(pol.schedule(snap, PolicyContext(seed=1)).allocations))
     assert decs["mixed"] == decs["time"]
     assert decs["jct"] != decs["time"]  # the scenario tells the fitnesses apart
+
+
+def test_explore_is_optimistic_above_the_largest_observed_size_for_jobs_without_a_log() -> None:
+    # job 0: 4 GPUs → 560 samples/s (140 per GPU), 8 → 464; job 1 the same but with a progress log
+    pts_n = np.array([[4.0, 8.0], [4.0, 8.0]])
+    pts_x = np.array([[560.0, 464.0], [560.0, 464.0]])
+    xtab = np.full((17, 2), 300.0)
+    out, limit = jct.explore(xtab, np.array([4, 4]), pts_n, pts_x, np.array([True, False]))
+    assert out[16, 0] == 16 * 140.0 and out[8, 0] == 300.0 and (out[:, 1] == 300.0).all()
+    assert limit is not None and limit[0] > 64 and limit[1] == 4
+    assert (xtab == 300.0).all()  # the cached table is not modified
