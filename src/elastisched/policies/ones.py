@@ -11,9 +11,9 @@ indexed by epochs done = progress / `epoch_work`). `JobView.total_work` (the hid
 never read while a job runs. Bug fixes and readings: docs/ones.md.
 
 Options and presets (`ones_presets`: "tuned" default, "faithful", "artifact"; docs/ones.md "Presets"): D1 `start`,
-D2 `growth`, D3 `samples`, D4 `fitness`, the artifact's rules and the restart-aware ones. No I/O: the predictor's
-bootstrap data (`models.ones_history.FoldedHistory`, split by run so no job is predicted by a model that saw
-it, or a plain `history_table`) arrives as `history=` or `ctx.options["ones_history"]`.
+D2 `growth`, D3 `samples`, D4-D5 `fitness` (`ones_jct`), D6-D8, the artifact's rules, the restart-aware ones.
+No I/O: the predictor's bootstrap data (`models.ones_history.FoldedHistory`, split by run so no job is
+predicted by a model that saw it, or a `history_table`) arrives as `history=` or `ctx.options["ones_history"]`.
 """
 
 from __future__ import annotations
