@@ -13,9 +13,8 @@ code does not measure that cost, so we use 8 s, the cold-start rescale downtime 
 measured (docs/train.md "Benchmarks"; the artifact launches fresh workers on scale-out, it has no warm pool),
 with our warm-pool figure as a sensitivity run in docs/ones.md.
 
-`ones` runs with `ones_options` (default `TUNED`: deviation D1, new jobs start at their request within one
-node, the best of the ablation in docs/ones.md); the row `ones-faithful` runs the faithful configuration
-(every deviation off) beside it.
+`ones` runs the "tuned" preset with `ones_options` on top (`policies/ones_presets.py`, docs/ones.md
+"Presets"); the rows `ones-artifact` and `ones-faithful` run those presets beside it.
 
 Data: `--data` (default `../shared/peer-data/ones`, relative to the working directory) holds the artifact's
 `traces/trace_1.csv`, `traces/job_history.csv` and `out/*_profile.csv`. This module loads the predictor's

@@ -53,6 +53,7 @@ class OnlineThroughput:
     def __init__(self, window: int = WINDOW) -> None:
         self.window = window
         self._obs: dict[str, dict[int, deque[float]]] = {}
+        self._pts: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # `points` per job until its next reading
 
     def observe(self, job: str, gpus: int, samples_per_s: float) -> None:
         """Record one per-epoch reading (summed over workers) at `gpus` GPUs; non-positive readings are ignored."""
@@ -60,15 +61,23 @@ class OnlineThroughput:
             return
         per = self._obs.setdefault(job, {})
         per.setdefault(int(gpus), deque(maxlen=self.window)).append(float(samples_per_s))
+        self._pts.pop(job, None)
 
     def forget(self, job: str) -> None:
         self._obs.pop(job, None)
+        self._pts.pop(job, None)
 
     def points(self, job: str) -> tuple[np.ndarray, np.ndarray]:
         """Observed GPU counts (ascending) and their window means."""
+        hit = self._pts.get(job)
+        if hit is not None:
+            return hit
         per = self._obs.get(job, {})
         ns = sorted(per)
-        return np.array(ns, dtype=float), np.array([float(np.mean(per[n])) for n in ns])
+        out = np.array(ns, dtype=float), np.array([float(np.mean(per[n])) for n in ns])
+        if job in self._obs:
+            self._pts[job] = out
+        return out
 
     def predict(self, job: str, gpus: float | np.ndarray) -> np.ndarray:
         """x(n) in samples/s (clamped positive)."""
@@ -95,5 +104,6 @@ class OnlineThroughput:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.window = int(state.get("window", WINDOW))
+        self._pts = {}
         self._obs = {j: {int(n): deque(v, maxlen=self.window) for n, v in per.items()}
                      for j, per in state.get("obs", {}).items()}

@@ -11,9 +11,9 @@ indexed by epochs done = progress / `epoch_work`). `JobView.total_work` (the hid
 never read while a job runs. Bug fixes and readings: docs/ones.md.
 
 Options and presets (`ones_presets`: "tuned" default, "faithful", "artifact"; docs/ones.md "Presets"): D1 `start`,
-D2 `growth`, D3 `samples`, D4 `fitness`, the artifact's rules and the restart-aware ones. No I/O: the predictor's
-bootstrap data (`models.ones_history.FoldedHistory`, split by run so no job is predicted by a model that saw
-it, or a plain `history_table`) arrives as `history=` or `ctx.options["ones_history"]`.
+D2 `growth`, D3 `samples`, D4-D5 `fitness` (`ones_jct`), D6-D8, the artifact's rules, the restart-aware ones.
+No I/O: the predictor's bootstrap data (`models.ones_history.FoldedHistory`, split by run so no job is
+predicted by a model that saw it, or a `history_table`) arrives as `history=` or `ctx.options["ones_history"]`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from elastisched.models.progress_predictor import BetaProgressPredictor, History
 from elastisched.policies import _ones_ops as ops
 from elastisched.policies import ones_artifact as art
 from elastisched.policies import ones_deploy as dep
+from elastisched.policies import ones_jct as jct
+from elastisched.policies import ones_layout, ones_state
 from elastisched.policies import ones_predict as pred
 from elastisched.policies._ones_ops import job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
@@ -67,7 +69,8 @@ class OnesPolicy(Policy):
         samples, fitness, require_history = o["samples"], o["fitness"], o["require_history"]
         if o["scale_in"] not in ("passed_over", "every"):
             raise ConfigError("scale_in", o["scale_in"], "must be 'passed_over' or 'every'")
-        for key, ok in (("delta_reset", ("changed", "all")), ("delta_clock", art.CLOCKS)):
+        for key, ok in (("delta_reset", ("changed", "all")), ("delta_clock", art.CLOCKS),
+                        ("queue_area", ("row", "resume"))):
             if o[key] not in ok:
                 raise ConfigError(key, o[key], f"must be one of {', '.join(ok)}")
         self.scale_in_mode, self.delta_reset, self.epoch_clock = o["scale_in"], o["delta_reset"], o["delta_clock"]
@@ -75,6 +78,11 @@ class OnesPolicy(Policy):
         self.restart_aware = bool(o["restart_aware"])
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
         self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
+        self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
+        self.start_whole, self.resize_factor, self.pack = (bool(o["start_whole"]), float(o["resize_factor"]),
+                                                           bool(o["pack_nodes"]))
+        self.resume_area, self.explore = o["queue_area"] == "resume", bool(o["explore"])
+        self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
             raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
@@ -82,8 +90,8 @@ class OnesPolicy(Policy):
             raise ValueError(f"start={start!r}: must be 'one', 'request' or 'node'")
         if growth not in ("double", "cap"):
             raise ValueError(f"growth={growth!r}: must be 'double' or 'cap'")
-        if fitness not in ("gpu_time", "time"):
-            raise ValueError(f"fitness={fitness!r}: must be 'gpu_time' or 'time'")
+        if fitness not in ("gpu_time", "time", "jct", "mixed"):
+            raise ValueError(f"fitness={fitness!r}: must be 'gpu_time', 'time', 'jct' or 'mixed'")
         self.start, self.growth, self.use_samples, self.fitness = start, growth, bool(samples), fitness
         self.throttle, self.throughput_limit, self.min_gain = throttle, bool(throughput_limit), float(min_gain)
         self.k, self.xi, self.theta, self.delta = int(population), float(xi), float(theta), float(delta_epochs)
@@ -100,6 +108,7 @@ class OnesPolicy(Policy):
         self.thr = OnlineThroughput()
         self._tab: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None = None  # cached throughput tables
         self._xtab = np.zeros((1, 0))
+        self._xcols: dict[str, tuple[Any, np.ndarray]] = {}  # `_xtable` columns per job
         self._layouts: tuple[Any, list[str], dict[bytes, np.ndarray]] = (None, [], {})  # reorder memo
         self.pred = BetaProgressPredictor()
         self.preds = [self.pred]  # one model per held-out fold of a `FoldedHistory` (no leakage), else one
@@ -133,6 +142,7 @@ class OnesPolicy(Policy):
     def on_finish(self, job_id: str, now: float) -> None:
         st = self.js.pop(job_id, None)
         self.thr.forget(job_id)
+        self._xcols.pop(job_id, None)
         self.slots.pop(job_id, None)
         self._tab = None
         if st is None:
@@ -191,27 +201,7 @@ class OnesPolicy(Policy):
     # ------------------------------------------------------------------ layout helpers
     def _current(self, snap: ClusterSnapshot, index: dict[str, int], node_first: dict[str, int]) -> np.ndarray:
         """Deployed slot array (job indices) rebuilt from the snapshot and the slots we assigned."""
-        cur = np.full(self.capacity, EMPTY, dtype=np.int64)
-        pending: list[tuple[int, str, int]] = []
-        for jid, job in snap.jobs.items():
-            if not job.gpus:
-                self.slots.pop(jid, None)
-                continue
-            mine = self.slots.get(jid)
-            if mine is not None and self._same_nodes(mine, job):
-                cur[mine] = index[jid]
-            else:
-                pending += [(index[jid], n, g) for n, g in job.allocation.placement]
-        for ji, node, g in pending:  # placed by someone else (restore, placer): first free slots of the node
-            base = node_first[node]
-            width = next(nd.num_gpus for nd in snap.nodes if nd.node_id == node)
-            free = [s for s in range(base, base + width) if cur[s] == EMPTY][:g]
-            cur[free] = ji
-        return cur
-
-    def _same_nodes(self, slots: list[int], job: JobView) -> bool:
-        have = [self._node_ids[n] for n in self._node_of[slots]]
-        return dict(job.allocation.placement) == {n: have.count(n) for n in set(have)}
+        return ones_layout.current(snap, self.slots, index, node_first, self._node_ids, self._node_of, self.capacity)
 
     def _allowed(self, job: JobView, sl: np.ndarray) -> bool:
         """Elastic bounds and GPU types (the genome is type-agnostic, like the artifact's one-type cluster)."""
@@ -230,16 +220,20 @@ class OnesPolicy(Policy):
         rng = self._ensure(ctx)
         c = snap.total_gpus
         self._node_gpus = max((n.num_gpus for n in snap.nodes), default=0)
+        jobs = list(snap.jobs.values())
+        ids = [j.job_id for j in jobs]
+        sts = [self._observe(j) for j in jobs]
+        if jobs and c == self.capacity and ids == self.ids:  # nothing below would change a quiet round (speed)
+            quiet = self._quiet_round(snap, ids, sts, jobs)
+            if quiet is not None:
+                return quiet
         self._node_of = np.repeat(np.arange(len(snap.nodes)), [n.num_gpus for n in snap.nodes])
         self._node_ids = [n.node_id for n in snap.nodes]
         self._node_types = [n.gpu_type for n in snap.nodes]
         node_first = {n.node_id: int(s) for n, s in zip(snap.nodes, np.cumsum([0] + [x.num_gpus for x in snap.nodes]),
                                                          strict=False)}
-        jobs = list(snap.jobs.values())
         self._specs = [j.spec for j in jobs]
-        ids = [j.job_id for j in jobs]
         index = {jid: i for i, jid in enumerate(ids)}
-        sts = [self._observe(j) for j in jobs]
         if c != self.capacity:
             self.capacity, self.pop, self.slots = c, None, {}
         cur = self._current(snap, index, node_first)
@@ -250,12 +244,9 @@ class OnesPolicy(Policy):
         self.ids = ids
         if not jobs:
             return Decision({})
-        sig = self._sig(ids, sts, [j.allocation.placement for j in jobs])
-        q = self._quiet
-        if self.quiet_s > 0 and q is not None and q["sig"] == sig and snap.now - q["t"] < self.quiet_s:
-            # quiet round (no arrival, completion, finished epoch or change since a settled deployment)
-            return Decision({j.job_id: j.allocation for j in jobs if j.gpus},
-                            {k: PendingReason(v) for k, v in q["reasons"].items()})
+        quiet = self._quiet_round(snap, ids, sts, jobs)
+        if quiet is not None:
+            return quiet
         e = np.array([st["e"] for st in sts])
         running = np.array([j.gpus > 0 for j in jobs])
         new = ~running & ((e < 1.0) | np.array([not st["ran"] for st in sts]))
@@ -264,16 +255,24 @@ class OnesPolicy(Policy):
         if self._tab is None or self._tab[0] != ids or self._tab[3].shape[0] != c + 1:
             # the throughput tables change only with a reading; x(n) for n = 0..C is looked up, not interpolated
             pn, px = self.thr.tables(ids)
-            q = np.repeat(np.arange(c + 1.0)[:, None], len(ids), 1)
-            self._tab = (ids, pn, px, ops.interp_throughput(pn, px, q))
+            self._tab = (ids, pn, px, self._xtable(ids, pn, px, c))
         pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
+        free = np.array([not (s.attrs.get("acc_curve") or s.attrs.get("loss_curve")) for s in self._specs])
+        if self.explore and free.any():  # D8: optimistic sizes above the largest observed, jobs without a log
+            self._xtab, limit = jct.explore(self._xtab, limit, pts_n, pts_x, free)
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
         rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
         if self.pop is None:
             self.pop = np.repeat(cur[None, :], self.k, axis=0)
+        if self.fitness in ("jct", "mixed"):  # D5: predicted completion times, queued jobs included (`ones_jct`)
+            n_now = np.array([j.gpus for j in jobs], dtype=np.int64)
+            start = np.array([self._start_size(s) for s in self._specs], dtype=np.int64)
+            size = np.clip(np.where(running, n_now, np.where(caps > 0, caps, start)), 1, c)
+            prior = np.maximum([j.attained_service for j in jobs], self.prior_s * size)
+            self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size, free)
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
-        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor)
+        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor, self._xtab)
                 if self.restart_aware else None)
         dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
         after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
@@ -281,11 +280,24 @@ class OnesPolicy(Policy):
                        "reasons": {k: str(v) for k, v in dec.reasons.items()}}
         return dec
 
-    def _sig(self, ids: list[str], sts: list[dict[str, Any]], placements: list[Any]) -> str:
-        """What a round's outcome depends on besides random draws: jobs, epochs done, placements, and whether
-        each job's δ clock and scale-up gate are open."""
-        return repr((ids, placements, [(int(st["e"] + 1e-9), st["e"] - st["last_placed"] >= self.delta,
-                                        st["e"] - st["last_change"] >= self.scale_gate) for st in sts]))
+    def _xtable(self, ids: list[str], pn: np.ndarray, px: np.ndarray, c: int) -> np.ndarray:
+        """(C + 1, J) x(n) for n = 0..C. A job's column is kept until its next reading; the stale ones are
+        interpolated together (each entry depends only on its own job's points: the values of the whole table)."""
+        stale: list[tuple[int, Any]] = []
+        for i, jid in enumerate(ids):
+            pts = self.thr.points(jid)  # the same tuple object until the job's next reading
+            key = pts if pts[0].size else None
+            hit = self._xcols.get(jid)
+            if hit is None or hit[0] is not key or hit[1].shape[0] != c + 1:
+                stale.append((i, key))
+        if stale:
+            idx = np.array([i for i, _ in stale])
+            tab = ops.interp_throughput(pn[idx], px[idx], np.repeat(np.arange(c + 1.0)[:, None], idx.size, 1))
+            for k, (i, key) in enumerate(stale):
+                self._xcols[ids[i]] = (key, tab[:, k])
+        return np.stack([self._xcols[jid][1] for jid in ids], axis=1)
+
+    _quiet_round, _sig = ones_state.quiet_round, ones_state.sig
 
     def _generation(self, cur: np.ndarray, caps: np.ndarray, maxs: np.ndarray, new: np.ndarray,
                     executed: np.ndarray, rem: np.ndarray, pts_n: np.ndarray, pts_x: np.ndarray,
@@ -303,15 +315,27 @@ class OnesPolicy(Policy):
         exec_order = np.flatnonzero(executed)[np.argsort(key[executed], kind="stable")]
         start = None if self.start == "one" else np.array([min(self._start_size(self._specs[i]), c)
                                                             for i in range(j)], dtype=np.int64)
-        counts = ops.pad(ops.counts(cand, j), c, np.flatnonzero(new), exec_order, caps,
-                         np.where(executed, maxs, 0), start)
-        score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
+        counts, new_order = ops.counts(cand, j), np.flatnonzero(new)
+        if self.start_whole and start is not None:  # D6: all or nothing, with backfill
+            counts, new_order = jct.admit_whole(counts, c, new_order, start), new_order[:0]
+        counts = ops.pad(counts, c, new_order, exec_order, caps, np.where(executed, maxs, 0), start)
+        free = self._jct[2] if self.fitness == "mixed" else np.ones(j, dtype=bool)  # jobs without a progress log
+        if self.fitness == "jct":
+            score = jct.fitness(counts, self._jct[0], self._jct[1], c, None, self.resume_area)
+        elif self.fitness == "mixed":  # D4 for jobs with a progress log (exactly "time" when all have one), D5 else
+            score = ops.fitness(counts, np.where(free, np.nan, rem), pts_n, pts_x, "time", self._xtab)
+            if free.any():
+                score = score + jct.fitness(counts, self._jct[0], self._jct[1], c, free, self.resume_area)
+        else:
+            score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
         if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
-            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, self.restart_cost,
-                                          self.resize_cost, self.fitness)
+            stop = self.restart_cost * np.where(free, self.preempt_factor, 1.0)
+            score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, stop,  # type: ignore[arg-type]
+                                          self.resize_factor * self.resize_cost,
+                                          "gpu_time" if self.fitness == "gpu_time" else "time")
         keep = ops.select(score, self.k)
         # reorder depends only on the counts: lay out each distinct survivor once (survivors repeat often)
-        uniq, inv = np.unique(counts[keep], axis=0, return_inverse=True)
+        uniq, inv = jct.unique_rows(counts[keep])
         key = (cur.tobytes(), self._node_of.tobytes())
         if self._layouts[0] != key or self._layouts[1] != self.ids:  # layouts are exact for one (cur, job order)
             self._layouts = (key, self.ids, {})
@@ -319,7 +343,7 @@ class OnesPolicy(Policy):
         laid = np.stack([memo[b] if (b := u.tobytes()) in memo else memo.setdefault(
             b, ops.reorder(u, cur, self._node_of)) for u in uniq])
         self.pop = laid[inv.reshape(-1)]
-        return self.pop[0]
+        return ones_layout.pack(self.pop[0], self._node_of, running) if self.pack else self.pop[0]
 
     def _deploy(self, snap: ClusterSnapshot, jobs: list[JobView], sts: list[dict[str, Any]], cur: np.ndarray,
                 best: np.ndarray, e: np.ndarray, executed: np.ndarray, held: np.ndarray | None = None) -> Decision:
@@ -366,35 +390,7 @@ class OnesPolicy(Policy):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"ids": list(self.ids), "pop": None if self.pop is None else self.pop.tolist(),
-                "capacity": self.capacity, "slots": {k: list(v) for k, v in self.slots.items()},
-                "jobs": {k: dict(v) for k, v in self.js.items()}, "finished": list(self.finished_run_times),
-                "rng": None if self._rng is None else self._rng.bit_generator.state,
-                "thr": self.thr.state_dict(), "pred": self.pred.state_dict() if self.pred.params else None,
-                "preds": [p.state_dict() if p.params else None for p in self.preds],
-                "quiet": None if self._quiet is None else dict(self._quiet)}
+        return ones_state.dump(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.ids = list(state["ids"])
-        self.pop = None if state["pop"] is None else np.asarray(state["pop"], dtype=np.int64).reshape(-1, state[
-            "capacity"])
-        self.capacity = int(state["capacity"])
-        self.slots = {k: list(v) for k, v in state["slots"].items()}
-        self.js = {k: dict(v) for k, v in state["jobs"].items()}
-        for st in self.js.values():
-            st["log"] = [(list(r[0]), r[1]) for r in st["log"]]
-        self.finished_run_times = list(state["finished"])
-        if state["rng"] is not None:
-            self._rng = np.random.default_rng()
-            self._rng.bit_generator.state = state["rng"]
-        self.thr.load_state_dict(state["thr"])
-        self._tab = None
-        self._quiet = None if state.get("quiet") is None else dict(state["quiet"])
-        if state["pred"] is not None:
-            self.pred.load_state_dict(state["pred"])
-        if len(state.get("preds", [])) > 1:
-            self.preds = [BetaProgressPredictor() for _ in state["preds"]]
-            for p, ps in zip(self.preds, state["preds"], strict=True):
-                if ps is not None:
-                    p.load_state_dict(ps)
-            self.pred = self.preds[0]
+        ones_state.load(self, state)

@@ -7,14 +7,18 @@
   deployed schedule and kept on the artifact's integer epoch count (`ones_artifact`: a fresh job is stamped
   before its initial evaluation, a restamped one waits only for the end of its epoch), and `_refresh` keeping
   the first gene of a job whose cap is 0;
-- "tuned" (default): restart-aware: new jobs start at their request within one node (D1), the fitness is the
-  predicted remaining time with a left-out job counted on one GPU (D4, so preempting a job never looks like a
-  gain) plus the restart/resize cost of each change to a running job, and a running job keeps its slots unless
-  the predicted gain pays for the move (`ones_deploy.hold`); and a round whose inputs did not change since the
-  last (same jobs, placements, epochs done, δ and scale-up clocks; only random draws differ) is skipped for up to
-  `quiet_s` = 300 s (one generation per event, and at least one per 5 minutes: a reading of A7); growth capped at
-  the request (`cap_factor` 1), δ = 1.5 epochs between placement changes, and a growth must save 3× its resize
-  cost (`hold_factor`).
+- "tuned" (default): restart-aware: new jobs start at their request within one node (D1); the fitness is
+  "mixed": for a job with a loss/accuracy log (what the progress predictor reads) its predicted remaining time,
+  a left-out job counted on one GPU (D4, so preempting it never looks like a gain); for a job without one (the
+  Pollux traces) its predicted completion time with the wait behind the GPU-time the candidate serves (D5,
+  `ones_jct`; with no prediction a job is taken to need max(attained GPU-s, `prior_s` = 1,800 s × its size)
+  more: least attained service with a quantum); plus the restart cost of each stop and 3× the resize cost of
+  each resize of a running job (`resize_factor`); a running job keeps its slots unless the predicted gain pays
+  for the move (`ones_deploy.hold`; a growth must save 3× its resize cost, `hold_factor`); a (re)started job
+  is packed onto as few nodes as the free GPUs allow (D7, `pack_nodes`); a round whose inputs did not change
+  since the last (same jobs, placements, epochs done, δ and scale-up clocks; only random draws differ) is
+  skipped for up to `quiet_s` = 300 s (one generation per event, and at least one per 5 minutes: a reading of
+  A7); growth capped at the request (`cap_factor` 1) and δ = 1.5 epochs between placement changes.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ DEFAULTS: dict[str, Any] = {
     "bootstrap": True, "start": "one", "growth": "double", "samples": False, "fitness": "gpu_time",
     "require_history": False, "scale_in": "passed_over", "delta_reset": "changed", "refresh_keep_first": False,
     "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
-    "quiet_s": 0.0, "hold_factor": 1.0, "delta_clock": "progress",
+    "quiet_s": 0.0, "hold_factor": 1.0, "delta_clock": "progress", "preempt_factor": 1.0, "prior_s": 60.0,
+    "start_whole": False, "resize_factor": 1.0, "pack_nodes": False, "queue_area": "row",
+    "explore": False,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
     "faithful": {},
     "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
                  "refresh_keep_first": True, "double_once_per_epoch": True, "delta_clock": "epochs"},
-    "tuned": {"start": "node", "fitness": "time", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
-              "delta_epochs": 1.5, "hold_factor": 3.0},
+    "tuned": {"start": "node", "fitness": "mixed", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
+              "delta_epochs": 1.5, "hold_factor": 3.0, "resize_factor": 3.0, "prior_s": 1800.0, "pack_nodes": True},
 }
