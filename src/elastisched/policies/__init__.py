@@ -4,7 +4,7 @@ The package imports no policy module itself: `BUILTIN` names the module of each 
 `make_policy("fifo")` imports `fifo.py` alone (a `sim run` then loads one policy, not every optimiser and its
 dependencies) and a name check costs no import. `base.registered()` still imports every module of the
 package, so a policy missing from this table only costs speed, never its availability
-(tests/policies/test_registry.py checks the table against what the modules register).
+(tests/policies/test_policy_registry.py checks the table against what the modules register).
 """
 
 from __future__ import annotations
