@@ -7,9 +7,10 @@ so that the same snapshot can be replayed for debugging or determinism checks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import chain
 from types import MappingProxyType
 from typing import Any
 
@@ -192,9 +193,10 @@ class ClusterSnapshot:
 
     `jobs` holds every active (submitted, unfinished) job in submission order. It is read-only and valid for
     the round: a policy must not keep it (the simulator reuses its storage to stay O(changes) per round).
-    `running`, `free` (free GPUs per type) and `node_used` (GPUs in use per node, in `nodes` order) are
-    engine-owned aggregates a backend may pass so that policies and the placer need not recompute them from
-    `jobs`; when absent they are derived.
+    `running`, `free` (free GPUs per type), `node_used` (GPUs in use per node, in `nodes` order) and `pending`
+    (a function giving the jobs without GPUs, in submission order, computed on demand) are engine-owned
+    aggregates a backend may pass so that policies and the placer need not recompute them from `jobs`; when
+    absent they are derived.
     `reclaim_demand` is the number of loanable (inference) servers that must be returned now (Lyra); the
     policy answers with `Decision.reclaim`.
     """
@@ -206,6 +208,7 @@ class ClusterSnapshot:
     running: Mapping[JobId, JobView] | None = None
     free: Mapping[str, int] | None = None
     node_used: Sequence[int] | None = None
+    pending: Callable[[], Mapping[JobId, JobView]] | None = None
 
     def job(self, job_id: JobId) -> JobView:
         return self.jobs[job_id]
@@ -215,6 +218,13 @@ class ClusterSnapshot:
         if self.running is not None:
             return self.running
         return {jid: j for jid, j in self.jobs.items() if j.allocation.gpus}
+
+    def pending_jobs(self) -> Mapping[JobId, JobView]:
+        """Jobs not holding GPUs now, in submission order (the order of `jobs`)."""
+        if self.pending is not None:
+            return self.pending()
+        running = self.running_jobs()
+        return {jid: j for jid, j in self.jobs.items() if jid not in running}
 
     def free_by_type(self) -> dict[str, int]:
         """Free GPUs per type now (a fresh dict the caller may modify)."""
@@ -235,6 +245,43 @@ class ClusterSnapshot:
     def capacity_by_type(self) -> dict[str, int]:
         """GPUs per type (a fresh dict the caller may modify); cached per node set."""
         return dict(_capacity(self.nodes))
+
+
+class KeptAllocations(Mapping[JobId, Allocation]):
+    """Allocations in which every running job keeps the very allocation it holds (those of `running`, in its
+    order) followed by `added`, allocations of jobs that do not run now. A non-preemptive policy (FIFO) builds
+    its decision this way in O(added) instead of copying every running job's allocation each round, and the
+    placer, seeing the snapshot's own `running`, skips the unchanged jobs. Like the snapshot it was built
+    from, it is valid for the round only (it reads `running`'s views)."""
+
+    __slots__ = ("added", "running")
+
+    def __init__(self, running: Mapping[JobId, JobView], added: Mapping[JobId, Allocation]) -> None:
+        self.running = running
+        self.added = added
+
+    def __getitem__(self, job_id: JobId) -> Allocation:
+        a = self.added.get(job_id)
+        return a if a is not None else self.running[job_id].allocation
+
+    def get(self, job_id: JobId, default: Any = None) -> Any:
+        a = self.added.get(job_id)
+        if a is not None:
+            return a
+        v = self.running.get(job_id)
+        return v.allocation if v is not None else default
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.added or job_id in self.running
+
+    def __iter__(self) -> Iterator[JobId]:
+        return chain(self.running, self.added)
+
+    def __len__(self) -> int:
+        return len(self.running) + len(self.added)
+
+    def __repr__(self) -> str:
+        return f"KeptAllocations({dict(self)!r})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,9 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
                 raise InvariantViolation(f"job {jid}: node {n} has GPU type {snap.nodes[i].gpu_type}, "
                                          f"job allows {spec.gpu_types}")
             used[i] += k
-    if free is not None:
+    if free is not None:  # used = capacity - free exceeds capacity where free < 0
+        if not (free < 0).any():
+            return
         used = idx.capacity - free
     over = used > idx.capacity
     if over.any():

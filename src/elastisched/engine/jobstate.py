@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
 
 import numpy as np
@@ -87,7 +88,8 @@ def allocation_rates(app: Application, gpu_type: str, shape: tuple[int, ...], cf
 
 def new_state(spec: JobSpec, app: Application | None, now: float) -> JobState:
     """The state of a job that has just arrived (progress bounds scaled by its `work_scale`)."""
-    bounds = [b * spec.work_scale for b in app.epoch_end] if app is not None else [0.0, 1.0]
+    # Python floats (the same products as numpy's, element by element): `advance` does scalar arithmetic on them
+    bounds = (app.epoch_end * spec.work_scale).tolist() if app is not None else [0.0, 1.0]
     return JobState(spec, app, bounds, updated=now)
 
 
@@ -173,9 +175,21 @@ class JobState:
             last = len(bounds) - 1
             if finishing:
                 progress = self.progress
-                for e in range(self.epoch, last):
+                e0 = self.epoch
+                stop, keys = last, None
+                if last - e0 > 8:  # a job that ran undisturbed finishes every epoch here: the tail at C speed
+                    keys = list(zip(repeat(gt), repeat(sh), range(e0 + 1, last)))
+                    if wbc.keys().isdisjoint(keys):  # (always, unless measured progress went back an epoch)
+                        stop = e0 + 1
+                    else:
+                        keys = None
+                for e in range(e0, stop):  # the first epoch may have been begun in this configuration already
                     key = (gt, sh, e)
                     wbc[key] = wbc.get(key, 0.0) + (bounds[e + 1] - max(progress, bounds[e]))
+                if keys is not None:  # the same differences as the loop's, element by element, in epoch order
+                    b = self.bounds_arr
+                    wbc.update(zip(keys, (b[e0 + 2:last + 1] - np.maximum(progress, b[e0 + 1:last])).tolist(),
+                                   strict=True))
                 self.progress, self.epoch = self.total, last
                 self.updated = t
                 self.view = None
@@ -190,7 +204,7 @@ class JobState:
                 while now < t and epoch < last:
                     r = float(rates[min(epoch, nr)])
                     nxt = bounds[epoch + 1]
-                    need = (nxt - progress) / r
+                    need = (nxt - progress) / r if r else INF  # a zero rate never gets there (as numpy's inf)
                     key = (gt, sh, epoch)
                     if now + need <= t:
                         wbc[key] = wbc.get(key, 0.0) + (nxt - progress)
@@ -229,7 +243,8 @@ class JobState:
         types = set(node_types.values())
         known = app is not None and all(t in app.profile.throughput for t in types)
         self.gpu_type = running_type(app, types) if known and app is not None else min(types)
-        self.shape = tuple(g for _, g in alloc.placement)
+        pl = alloc.placement
+        self.shape = (pl[0][1],) if len(pl) == 1 else tuple([g for _, g in pl])
         gpus = alloc.gpus
         batch = alloc.batch_size or self.spec.batch_size
         self.allocation = alloc
@@ -279,9 +294,10 @@ class JobState:
             return now
         self.rate(e)
         assert self.rates is not None
-        work = np.diff(self.bounds_arr[e:])
-        work[0] = self.bounds_arr[e + 1] - self.progress
-        return now + float(np.sum(work / self.rates[e:last]))
+        b = self.bounds_arr
+        work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
+        work[0] = b[e + 1] - self.progress
+        return now + float((work / self.rates[e:last]).sum())
 
     def phase(self, now: float) -> JobPhase:
         if self.end_time is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from elastisched.core.errors import InvariantViolation
-from elastisched.core.types import Allocation, ClusterSnapshot, JobId, JobView, NodeView
+from elastisched.core.types import Allocation, ClusterSnapshot, JobId, JobView, KeptAllocations, NodeView
 
 
 class NodeIndex:
@@ -61,11 +61,11 @@ def place_with_free(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                     ) -> tuple[dict[JobId, Allocation], np.ndarray]:
     """`place`, plus the free GPUs per node left afterwards (negative = over capacity)."""
     placed, free, _ = place_changes(allocs, snap)
-    return placed, free
+    return placed if isinstance(placed, dict) else dict(placed), free
 
 
 def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
-                  ) -> tuple[dict[JobId, Allocation], np.ndarray, Changes | None]:
+                  ) -> tuple[Mapping[JobId, Allocation], np.ndarray, Changes | None]:
     """`place_with_free`, plus what changed (None when the snapshot carries no `node_used`).
 
     When the snapshot carries `node_used`, allocations that are the very objects the jobs hold now are
@@ -78,21 +78,29 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
     incremental = snap.node_used is not None
     jobs = snap.jobs
     changes = Changes([], []) if incremental else None
+    if changes is not None and isinstance(allocs, KeptAllocations) and allocs.running is snap.running_jobs():
+        # every running job keeps what it holds (nothing released): only the added jobs are looked at
+        free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+        added: dict[JobId, Allocation] = {}
+        for jid, a in allocs.added.items():
+            if a.gpus <= 0:
+                continue
+            a = _fixed(jid, a, jobs.get(jid), idx, todo, free)
+            if a is not None:
+                added[jid] = a
+                changes.changed.append(jid)
+        changes.changed.extend(jid for jid, _ in todo)
+        _fill(todo, snap, idx, free, added)
+        return KeptAllocations(allocs.running, added), free, changes
     if changes is not None:
         free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
-        pos = idx.pos
-        for jid, job in snap.running_jobs().items():
-            if allocs.get(jid) is not job.allocation:  # changes or stops: release what it holds now
-                changes.released.append(jid)
-                for n, g in job.allocation.placement:
-                    i = pos.get(n)
-                    if i is not None:
-                        free[i] += g
+        kept = 0
         for jid, a in allocs.items():  # the common case first: a job keeps the very allocation it holds
             job = jobs.get(jid)
             if job is not None and a is job.allocation:
                 if a.gpus > 0:
                     out[jid] = a
+                    kept += 1
                 continue
             if a.gpus <= 0:
                 continue
@@ -101,6 +109,16 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                 out[jid] = a
                 changes.changed.append(jid)
         changes.changed.extend(jid for jid, _ in todo)
+        running = snap.running_jobs()
+        if kept < len(running):  # some running job changes or stops (kept ones are running ones): release
+            pos = idx.pos        # what it holds now (GPU counts add up in any order before `_fill`)
+            for jid, job in running.items():
+                if allocs.get(jid) is not job.allocation:
+                    changes.released.append(jid)
+                    for n, g in job.allocation.placement:
+                        i = pos.get(n)
+                        if i is not None:
+                            free[i] += g
     else:
         free = idx.capacity.copy()
         for jid, a in allocs.items():
@@ -128,8 +146,8 @@ def _fixed(jid: JobId, a: Allocation, job: JobView | None, idx: NodeIndex, todo:
     if a.is_open:
         cur = job.allocation if job is not None else None
         if (cur is not None and cur.placement and cur.gpus == a.num_gpus
-                and all(n in idx.pos for n in cur.nodes)
-                and (a.gpu_type is None or all(idx.types[idx.pos[n]] == a.gpu_type for n in cur.nodes))):
+                and all(n in idx.pos for n, _ in cur.placement)
+                and (a.gpu_type is None or all(idx.types[idx.pos[n]] == a.gpu_type for n, _ in cur.placement))):
             a = Allocation(cur.placement, 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)
         else:
             todo.append((jid, a))
@@ -150,15 +168,16 @@ def _fill(todo: list[tuple[JobId, Allocation]], snap: ClusterSnapshot, idx: Node
         m = idx.mask(types)
         avail = free.copy() if m is None else np.where(m, free, 0)
         need = a.num_gpus
-        if int(avail.clip(min=0).sum()) < need:
-            raise InvariantViolation(f"job {jid}: asks {need} GPUs of types {types or 'any'}, "
-                                     f"only {int(avail.clip(min=0).sum())} free")
         placement: list[tuple[str, int]] = []
         while need > 0:
             i = int(np.argmax(avail))  # first maximum = lowest index among the most free
-            take = int(min(avail[i], need))
+            have = int(avail[i])
+            if have <= 0:  # what it took so far was all there was (`free` is the caller's scratch copy)
+                raise InvariantViolation(f"job {jid}: asks {a.num_gpus} GPUs of types {types or 'any'}, "
+                                         f"only {a.num_gpus - need} free")
+            take = have if have < need else need
             placement.append((snap.nodes[i].node_id, take))
-            avail[i] -= take
+            avail[i] = have - take
             free[i] -= take
             need -= take
         out[jid] = Allocation(tuple(placement), 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)

@@ -165,7 +165,12 @@ def canonical_placement(placement: tuple[int, ...]) -> tuple[int, ...]:
     p = tuple(x for x in placement if x)
     if not p:
         return p
-    return min(p[i:] + p[:i] for i in range(len(p)))
+    # the smallest rotation starts where a run of the smallest element starts (a rotation starting inside
+    # a run is larger than the one starting a step earlier), so only those starts are compared: one for a
+    # balanced shape instead of len(p) (the JCT decomposition asks for shapes over hundreds of nodes)
+    m = min(p)
+    starts = [i for i, x in enumerate(p) if x == m and p[i - 1] != m] or [0]
+    return min(p[i:] + p[:i] for i in starts)
 
 
 @lru_cache(maxsize=65536)

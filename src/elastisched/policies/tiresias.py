@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, NodeView, PendingReason
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, NodeView, PendingReason
 from elastisched.policies._common import can_ever_fit, fits, node_types
 from elastisched.policies.base import Policy, PolicyContext, register
 
@@ -37,6 +37,8 @@ class TiresiasPolicy(Policy):
         self._q1: dict[str, None] = {}
         self._fit_for: tuple[NodeView, ...] | None = None  # node set that `_fit` was computed for
         self._fit: dict[tuple[tuple[str, ...], int], bool] = {}  # (GPU types, GPUs) -> can ever fit
+        # per job, what the walk needs from its view, kept while the view is the same object (`_static`)
+        self._static: dict[str, tuple[Any, int, bool, str | None, tuple[tuple[str, int], ...]]] = {}
 
     def on_submit(self, spec: JobSpec, now: float) -> None:
         if spec.job_id not in self._q1:
@@ -45,6 +47,7 @@ class TiresiasPolicy(Policy):
     def on_finish(self, job_id: str, now: float) -> None:
         self._q0.pop(job_id, None)
         self._q1.pop(job_id, None)
+        self._static.pop(job_id, None)
 
     def _sync(self, snap: ClusterSnapshot) -> None:
         """Catch up with jobs the hooks did not announce (e.g. a restored service)."""
@@ -75,9 +78,9 @@ class TiresiasPolicy(Policy):
             self._q1[jid] = None
         free = snap.capacity_by_type()
         if self._fit_for is not snap.nodes:  # can_ever_fit depends only on the node set: memoised per set
-            self._fit_for, self._fit = snap.nodes, {}
-        fit = self._fit
+            self._fit_for, self._fit, self._static = snap.nodes, {}, {}
         types_of = node_types(snap)
+        static = self._static
         total_free = sum(free.values())
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
@@ -89,31 +92,26 @@ class TiresiasPolicy(Policy):
                 if total_free <= 0:
                     break
                 job = jobs[jid]
-                spec = job.spec
-                need = spec.num_gpus
-                key = (spec.gpu_types, need)
-                ok = fit.get(key)
-                if ok is None:
-                    ok = fit[key] = can_ever_fit(snap.capacity_by_type(), spec.gpu_types, need)
+                st = static.get(jid)
+                if st is None or st[0] is not job:
+                    st = static[jid] = self._job_static(job, snap, types_of)
+                _, need, ok, t, takes = st
                 if not ok:
                     reasons[jid] = PendingReason.INFEASIBLE
                     continue
-                cur = job.allocation
-                if cur.gpus:
-                    t = types_of[cur.placement[0][0]]
-                    if free.get(t, 0) >= need:
-                        allocs[jid] = cur
-                        for n, g in cur.placement:  # `take`, inlined
-                            tn = types_of.get(n)
-                            if tn is not None:
-                                free[tn] -= g
-                        total_free -= need
-                        if first:
-                            d = now - job.updated_at
-                            w = now + (thr - (job.attained_service + (d if d > 0.0 else 0.0) * cur.gpus)) / need
-                            if w < wake:  # min(wake, w)
-                                wake = w
-                        continue
+                if t is not None and free.get(t, 0) >= need:  # it runs (its first node of type `t`) and fits
+                    cur = job.allocation
+                    allocs[jid] = cur
+                    for tn, g in takes:  # `take`, inlined (GPUs summed per type)
+                        free[tn] -= g
+                    total_free -= need
+                    if first:
+                        d = now - job.updated_at
+                        w = now + (thr - (job.attained_service + (d if d > 0.0 else 0.0) * cur.gpus)) / need
+                        if w < wake:  # min(wake, w)
+                            wake = w
+                    continue
+                spec = job.spec
                 t2 = fits(free, spec.gpu_types, need)
                 if t2 is not None:
                     allocs[jid] = Allocation(num_gpus=need, gpu_type=t2)
@@ -124,6 +122,26 @@ class TiresiasPolicy(Policy):
                 else:
                     reasons[jid] = PendingReason.RESOURCES
         return Decision(allocs, reasons, next_round_at=wake)
+
+    def _job_static(self, job: JobView, snap: ClusterSnapshot, types_of: dict[str, str]
+                    ) -> tuple[JobView, int, bool, str | None, tuple[tuple[str, int], ...]]:
+        """(view, GPUs asked, can ever fit, type of its first node when it runs, its GPUs per node type):
+        what the walk reads of a job, the same until its view changes (or the node set: then all go)."""
+        spec = job.spec
+        need = spec.num_gpus
+        key = (spec.gpu_types, need)
+        ok = self._fit.get(key)
+        if ok is None:
+            ok = self._fit[key] = can_ever_fit(snap.capacity_by_type(), spec.gpu_types, need)
+        cur = job.allocation
+        if not ok or not cur.gpus:
+            return job, need, ok, None, ()
+        per_type: dict[str, int] = {}
+        for n, g in cur.placement:
+            tn = types_of.get(n)
+            if tn is not None:
+                per_type[tn] = per_type.get(tn, 0) + g
+        return job, need, ok, types_of[cur.placement[0][0]], tuple(per_type.items())
 
     def state_dict(self) -> dict[str, Any]:
         return {"q0": list(self._q0), "q1": list(self._q1), "threshold": self.threshold}

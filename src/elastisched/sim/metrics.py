@@ -18,6 +18,7 @@ allocation is priced as data parallel). Per policy (summary): GPU-hours running,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -117,10 +118,52 @@ def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_no
     servers (balanced over k servers; spreading can beat packing on T4) and the best batch: the best over
     the batch grid (shared by all jobs of the application) and over the job's own batch."""
     shapes = _shapes(cap, per_node, nodes)
+    grid_batches = _batch_grid(app.init_batch_size, app.max_batch_size)
     grid = _cached((app.name, gpu_type, cap, per_node, nodes), lambda: _elementwise_max(
-        [_grid_rates(app, gpu_type, sh) for sh in shapes]))
+        _by_count(app, gpu_type, cap, grid_batches, per_node, nodes)
+        or [_grid_rates(app, gpu_type, sh) for sh in shapes]))
     return _cached((app.name, gpu_type, cap, own_batch, per_node, nodes), lambda: _elementwise_max(
-        [grid, *(_rate(app, gpu_type, sh, own_batch) for sh in shapes)]))
+        [grid, *(_by_count(app, gpu_type, cap, (own_batch,), per_node, nodes)
+                 or [_rate(app, gpu_type, sh, own_batch) for sh in shapes])]))
+
+
+_GROUPS: dict[tuple[Any, ...], np.ndarray | None] = {}
+
+
+def _by_count(app: Application, gpu_type: str, cap: int, batches: tuple[int, ...], per_node: int, nodes: int
+              ) -> list[np.ndarray] | None:
+    """The candidates of `best_rates` for `batches`, one per (GPU count, batch) instead of one per shape: the
+    shapes of g GPUs share the batch configuration and so the gains, and gains / t is largest at the least
+    iteration time t (a correctly rounded division by a positive number is monotone), so their per-epoch
+    maximum is gains / min t, the very same numbers. None (the caller takes every shape) when a time is
+    not positive and finite or a gain not positive, where that no longer holds."""
+    out = []
+    for b in batches:
+        for g in range(1, cap + 1):
+            key = (app.name, gpu_type, g, b, per_node, nodes)
+            if key not in _GROUPS:
+                if len(_GROUPS) > 200_000:
+                    _GROUPS.clear()
+                _GROUPS[key] = _count_rate(app, gpu_type, g, b, per_node, nodes)
+            r = _GROUPS[key]
+            if r is None:
+                return None
+            out.append(r)
+    return out
+
+
+def _count_rate(app: Application, gpu_type: str, g: int, batch: int, per_node: int, nodes: int) -> np.ndarray | None:
+    cfg = app.batch_config(g, int(batch))
+    least = math.inf
+    for k in range(-(-g // per_node), min(g, nodes) + 1):  # the balanced shapes of g GPUs, as `_shapes`
+        t = app.iteration_time(gpu_type, _balanced(g, k), cfg)
+        if not 0.0 < t < math.inf:
+            return None
+        least = min(least, t)
+    gains = app.efficiency.gains(cfg.global_batch)
+    if least == math.inf or not bool(np.all(gains > 0)):
+        return None
+    return gains / least
 
 
 def _elementwise_max(rates: list[np.ndarray]) -> np.ndarray:
@@ -145,22 +188,31 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, fl
         return out
     log = j.work_by_config if isinstance(j.work_by_config, WorkLog) else WorkLog(j.work_by_config)
     configs, which, epoch, work_done = log.arrays()
-    per_entry, priced = np.zeros(len(work_done)), np.zeros(len(work_done), dtype=bool)
-    for c, (t, shape) in enumerate(configs):
+    if len(configs) == 1:  # one configuration all along (most jobs): the same divisions, without the masks
+        t, shape = configs[0]
         if t in app.profile.throughput and shape:
             r = best_batch_rates(app, t, shape, j.spec.batch_size)
-            m = which == c
-            per_entry[m] = work_done[m] / r[np.minimum(epoch[m], len(r) - 1)]
-            priced |= m
-    per_entry = per_entry[priced]
+            per_entry = work_done / r[np.minimum(epoch, len(r) - 1)]
+        else:
+            per_entry = work_done[:0]
+    else:
+        per_entry, priced = np.zeros(len(work_done)), np.zeros(len(work_done), dtype=bool)
+        for c, (t, shape) in enumerate(configs):
+            if t in app.profile.throughput and shape:
+                r = best_batch_rates(app, t, shape, j.spec.batch_size)
+                m = which == c
+                per_entry[m] = work_done[m] / r[np.minimum(epoch[m], len(r) - 1)]
+                priced |= m
+        per_entry = per_entry[priced]
     # the same divisions, summed one after another in the log's order (add.accumulate is sequential)
     at_best_batch = float(np.add.accumulate(per_entry)[-1]) if len(per_entry) else 0.0
     t = max(j.gpu_seconds_by_type, key=lambda k: j.gpu_seconds_by_type[k])
     if t not in app.profile.throughput:
         return out
     best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *per_node.get(t, (1, 1)))
-    work = np.diff(j.bounds_arr)
-    best = float(np.sum(work / best_r[np.minimum(np.arange(len(work)), len(best_r) - 1)]))
+    bounds = j.bounds_arr
+    work = bounds[1:] - bounds[:-1]  # np.diff, and np.sum below, without their wrappers: same arithmetic
+    best = float((work / best_r[np.minimum(np.arange(len(work)), len(best_r) - 1)]).sum())
     out |= {"best": best, "loss_batch": running - at_best_batch, "loss_gpus": at_best_batch - best}
     return out
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -114,6 +114,9 @@ class Simulator:
         # engine-owned aggregates, maintained incrementally so a round costs O(changes)
         self.views: dict[JobId, JobView] = {}
         self.running_views: dict[JobId, JobView] = {}
+        self.pending_views: dict[JobId, JobView] = {}  # the others, in submission order once `_pending` sorts
+        self._pending_sorted = True
+        self._pending_proxy: Mapping[JobId, JobView] = MappingProxyType(self.pending_views)
         self.stale: set[JobId] = set()
         self.free: dict[str, int] = {}
         self.node_used = np.zeros(0, dtype=np.int64)
@@ -135,7 +138,8 @@ class Simulator:
     def _arrive(self, spec: Any) -> None:
         job = new_state(spec, self.models.app(spec.application), self.now)
         self.jobs[spec.job_id] = job
-        self.views[spec.job_id] = job.make_view(self.now)  # insertion order = submission order
+        v = self.views[spec.job_id] = job.make_view(self.now)  # insertion order = submission order
+        self.pending_views[spec.job_id] = v
         self.policy.on_submit(spec, self.now)
 
     def _complete(self, job: SimJob, failed: bool = False) -> None:
@@ -151,6 +155,7 @@ class Simulator:
         self.running.pop(jid, None)
         self.views.pop(jid, None)
         self.running_views.pop(jid, None)
+        self.pending_views.pop(jid, None)
         self.stale.discard(jid)
         job.rates = None  # a finished job's caches go, its work log and epoch bounds are kept compactly
         job.work_by_config = WorkLog(job.work_by_config)  # type: ignore[assignment]
@@ -186,13 +191,27 @@ class Simulator:
             v = self.views[jid] = job.make_view(self.now)
             if job.allocation.gpus:
                 self.running_views[jid] = v
+                self.pending_views.pop(jid, None)
             else:
                 self.running_views.pop(jid, None)
+                if jid not in self.pending_views:
+                    self._pending_sorted = False  # stopped: back in the queue, at its submission position
+                self.pending_views[jid] = v
         self.stale.clear()
         self._sync_node_used()
         return ClusterSnapshot(self.now, self.nodes, MappingProxyType(self.views), self.reclaim_demand,
                                MappingProxyType(self.running_views), MappingProxyType(self.free),
-                               self._used_view())
+                               self._used_view(), self._pending)
+
+    def _pending(self) -> Mapping[JobId, JobView]:
+        """Active jobs without GPUs in submission order (`ClusterSnapshot.pending`): put back in order only
+        when a policy asks after a job stopped, so a preemptive policy that never asks pays nothing."""
+        if not self._pending_sorted:
+            pend = self.pending_views
+            self.pending_views = {jid: v for jid, v in self.views.items() if jid in pend}
+            self._pending_proxy = MappingProxyType(self.pending_views)
+            self._pending_sorted = True
+        return self._pending_proxy
 
     def _used_view(self) -> np.ndarray:
         used = self.node_used.copy()
@@ -255,7 +274,7 @@ class Simulator:
         reconfigure = self.cfg.reconfigure_cost
         if reconfigure is None and self.policy.batch_in_place:
             reconfigure = 0.0
-        job.apply(alloc, self.now, {n: self.nodes[pos[n]].gpu_type for n in alloc.nodes}, restart,
+        job.apply(alloc, self.now, {n: self.nodes[pos[n]].gpu_type for n, _ in alloc.placement}, restart,
                   self.cfg.resize_cost, reconfigure)
         self._account(alloc, +1)
         self.running[jid] = job
@@ -296,7 +315,7 @@ class Simulator:
                 if not job.allocation.placement:
                     continue  # already preempted by the reclaim
                 job.preemptions += 1
-            elif act.allocation.placement and any(n not in self._node_pos() for n in act.allocation.nodes):
+            elif act.allocation.placement and any(n not in self._node_pos() for n, _ in act.allocation.placement):
                 # placed on a node that was just returned: the job waits for the next round, and gives up
                 # what it holds now, which the decision has handed to other jobs
                 if job.allocation.placement:

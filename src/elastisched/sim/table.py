@@ -58,7 +58,8 @@ class WorkLog(Mapping[tuple[str, tuple[int, ...], int], float]):
         pairs = list(map(itemgetter(0, 1), keys))
         index = {p: i for i, p in enumerate(dict.fromkeys(pairs))}
         self._configs: list[tuple[str, tuple[int, ...]]] = list(index)
-        self._which = np.fromiter(map(index.__getitem__, pairs), dtype=np.int32, count=len(keys))
+        self._which = (np.zeros(len(keys), dtype=np.int32) if len(index) == 1  # one configuration (most jobs)
+                       else np.fromiter(map(index.__getitem__, pairs), dtype=np.int32, count=len(keys)))
         self._epoch = np.fromiter(map(itemgetter(2), keys), dtype=np.int64, count=len(keys))
         self._work = np.fromiter(work.values(), dtype=float, count=len(keys))
 

@@ -1,0 +1,24 @@
+"""`best_rates` takes one candidate per (GPU count, batch) instead of one per shape: the same numbers as the
+per-shape maximum (bit for bit), for several applications, caps and cluster shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from elastisched.models import PerfModels
+from elastisched.sim.metrics import _batch_grid, _elementwise_max, _rate, _shapes, best_rates
+
+
+def _every_shape(models: PerfModels, name: str, cap: int, own: int, per_node: int, nodes: int) -> np.ndarray:
+    app = models.app(name)
+    shapes = _shapes(cap, per_node, nodes)
+    grid = [_rate(app, "t4", sh, b) for sh in shapes for b in _batch_grid(app.init_batch_size, app.max_batch_size)]
+    return _elementwise_max([*grid, *(_rate(app, "t4", sh, own) for sh in shapes)])
+
+
+def test_same_numbers_as_every_shape(models: PerfModels) -> None:
+    for name, own in (("cifar10", 128), ("ncf", 256), ("bert", 12)):
+        for cap, per_node, nodes in ((1, 4, 64), (4, 4, 64), (8, 4, 16), (16, 4, 640), (12, 4, 3)):
+            got = best_rates(models.app(name), "t4", cap, own, per_node, nodes)
+            want = _every_shape(models, name, cap, own, per_node, nodes)
+            assert got.shape == want.shape and np.array_equal(got, want), (name, cap, per_node, nodes)
