@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,6 +20,7 @@ from elastisched.models.progress_predictor import history_table
 from elastisched.policies._ones_ops import defer as _defer
 from elastisched.policies.base import PolicyContext
 from elastisched.policies.ones import HISTORY_OPTION, OnesPolicy, job_batch
+from elastisched.policies.ones_limits import big_jobs
 from elastisched.policies.ones_predict import remaining
 
 E = -1
@@ -214,8 +216,6 @@ def test_start_at_request_and_growth_to_cap() -> None:
 
 def test_remaining_uses_samples_done_when_asked() -> None:
     """D3: y_j = samples really processed (JobView.samples_done) instead of epochs x epoch size."""
-    import dataclasses
-
     job = dataclasses.replace(_job("a", 2, 2, 3.0), samples_done=4500.0)
     rng = np.random.default_rng(0)
     for flag, y in ((False, 3000.0), (True, 4500.0)):
@@ -238,6 +238,44 @@ def test_start_within_one_node() -> None:
     pol._node_gpus = 4
     assert pol._start_size(big.spec) == 4 and pol._start_size(small.spec) == 2
     assert OnesPolicy("faithful", bootstrap=False)._start_size(big.spec) == 1  # artifact
+
+
+def test_big_start_takes_whole_nodes_when_idle() -> None:
+    """D9: a job without a progress log requesting more than a node starts on whole nodes when that many GPUs
+    are idle, else within one node; a job with a log (the ONES trace) is left as D1 has it."""
+    pol = OnesPolicy("tuned", bootstrap=False, big_start=2)
+    pol._node_gpus, pol._idle = 4, 64
+    big, odd, small = _job("a", 16, 0, 0.0), _job("c", 10, 0, 0.0), _job("b", 2, 0, 0.0)
+    assert [pol._start_size(j.spec) for j in (big, odd, small)] == [16, 8, 2]
+    pol._idle = 12
+    assert pol._start_size(big.spec) == 4 and pol._start_size(odd.spec) == 8
+    logged = dataclasses.replace(big.spec, attrs={**big.spec.attrs, "acc_curve": [0.1, 0.2]})
+    pol._idle = 64
+    assert pol._start_size(logged) == 4
+    off = OnesPolicy("tuned", bootstrap=False)
+    off._node_gpus, off._idle = 4, 64
+    assert off._start_size(big.spec) == 4  # without D9
+
+
+def test_big_jobs_selects_requests_of_whole_nodes_without_a_log() -> None:
+    """D10: only jobs without a progress log requesting ≥ `nodes` nodes' worth of GPUs are probed; 0 is off."""
+    specs = [_job(j, r, 0, 0.0).spec for j, r in (("a", 16), ("b", 8), ("c", 4))]
+    specs.append(dataclasses.replace(specs[0], job_id="d", attrs={**specs[0].attrs, "loss_curve": [1.0, 0.5]}))
+    assert big_jobs(specs, 4, 2).tolist() == [True, True, False, False]
+    assert big_jobs(specs, 4, 4).tolist() == [True, False, False, False]
+    assert not big_jobs(specs, 4, 0).any() and not big_jobs(specs, 0, 2).any()
+
+
+def test_no_soak_keeps_max_size_at_the_growth_cap() -> None:
+    """D11 (`soak=False`): pad stage 3 may not grow a job past its cap (the request in "tuned") into idle GPUs;
+    by default `max_size` doubles past it and stage 3 soaks idle GPUs up to it."""
+    for soak, want in ((True, 8), (False, 4)):
+        pol = OnesPolicy("tuned", bootstrap=False, soak=soak)
+        jobs = [_job("a", 4, 4, 3.0)]
+        pol._observe(jobs[0])
+        pol.js["a"]["max_size"] = 4
+        caps, maxs = _caps(pol, jobs, 64)
+        assert caps[0] == 4 and maxs[0] == want
 
 
 @needs_data

@@ -36,6 +36,7 @@ from elastisched.policies import ones_layout, ones_state
 from elastisched.policies import ones_predict as pred
 from elastisched.policies._ones_ops import job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
+from elastisched.policies.ones_limits import big_jobs, start_size
 from elastisched.policies.ones_limits import caps as limit_caps
 from elastisched.policies.ones_presets import DEFAULTS, PRESETS
 
@@ -82,6 +83,8 @@ class OnesPolicy(Policy):
         self.start_whole, self.resize_factor, self.pack = (bool(o["start_whole"]), float(o["resize_factor"]),
                                                            bool(o["pack_nodes"]))
         self.resume_area, self.explore = o["queue_area"] == "resume", bool(o["explore"])
+        self.big_start, self.big_explore, self._idle = int(o["big_start"]), int(o["big_explore"]), 0  # D9, D10
+        self.soak = bool(o["soak"])  # D11
         self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
@@ -152,14 +155,8 @@ class OnesPolicy(Policy):
 
     # ------------------------------------------------------------------ per-job bookkeeping
     def _start_size(self, spec: JobSpec) -> int:
-        """GPUs a new job is admitted with: 1 (artifact), its request, or its request within one node (D1),
-        within its elastic bounds."""
-        if self.start == "one":
-            return 1
-        n = max(1, spec.num_gpus)
-        if self.start == "node" and self._node_gpus:
-            n = min(n, self._node_gpus)
-        return min(n, spec.gpu_cap) if spec.elastic else n
+        """GPUs a new job is admitted with (D1, D9: `ones_limits.start_size`)."""
+        return start_size(spec, self.start, self._node_gpus, self._idle if self.big_start else -1, self.big_start)
 
     def _observe(self, job: JobView) -> dict[str, Any]:
         jid, a = job.job_id, job.spec.attrs
@@ -196,7 +193,7 @@ class OnesPolicy(Policy):
         """GA caps and max sizes (`ones_limits.caps`, ones.md §2.7)."""
         return limit_caps(jobs, sts, executed, c, med_pool, tp_limit, cap_factor=self.cap_factor,
                           artifact_gate=self.artifact_gate, scale_gate=self.scale_gate, growth=self.growth,
-                          sd_factor=self.sd_factor, once_per_epoch=self.once_per_epoch)
+                          sd_factor=self.sd_factor, once_per_epoch=self.once_per_epoch, soak=self.soak)
 
     # ------------------------------------------------------------------ layout helpers
     def _current(self, snap: ClusterSnapshot, index: dict[str, int], node_first: dict[str, int]) -> np.ndarray:
@@ -237,6 +234,7 @@ class OnesPolicy(Policy):
         if c != self.capacity:
             self.capacity, self.pop, self.slots = c, None, {}
         cur = self._current(snap, index, node_first)
+        self._idle = int((cur < 0).sum())
         # remap the stored population onto this round's job order
         if self.pop is not None:
             remap = np.array([index.get(jid, EMPTY) for jid in self.ids] + [EMPTY], dtype=np.int64)
@@ -259,8 +257,10 @@ class OnesPolicy(Policy):
         pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
         free = np.array([not (s.attrs.get("acc_curve") or s.attrs.get("loss_curve")) for s in self._specs])
-        if self.explore and free.any():  # D8: optimistic sizes above the largest observed, jobs without a log
-            self._xtab, limit = jct.explore(self._xtab, limit, pts_n, pts_x, free)
+        probe = free & (self.explore or (self.big_explore > 0 and big_jobs(self._specs, self._node_gpus,
+                                                                           self.big_explore)))
+        if probe.any():  # D8 (D10: jobs requesting ≥ big_explore nodes): optimistic sizes above the largest observed
+            self._xtab, limit = jct.explore(self._xtab, limit, pts_n, pts_x, probe)
         caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
         rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
         if self.pop is None:

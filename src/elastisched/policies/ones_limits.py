@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.core.types import JobView
+from elastisched.core.types import JobSpec, JobView
 
 
 def caps(jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c: int, med_pool: list[float],
          tp_limit: np.ndarray | None, *, cap_factor: int, artifact_gate: bool, scale_gate: float, growth: str,
-         sd_factor: float, once_per_epoch: bool = False) -> tuple[np.ndarray, np.ndarray]:
+         sd_factor: float, once_per_epoch: bool = False, soak: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """GA caps and max sizes after the scale-up / scale-down / scale-in limits (ones.md §2.7)."""
     j = len(jobs)
     out = np.zeros(j, dtype=np.int64)
@@ -43,7 +43,7 @@ def caps(jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c
             out[i] = n
         elif executed[i]:
             out[i] = st["resume"] or st["max_size"]
-        maxs[i] = max(st["max_size"], out[i])
+        maxs[i] = max(st["max_size"], out[i]) if soak else min(max(st["max_size"], out[i]), limit)
         if tp_limit is not None and executed[i]:
             out[i], maxs[i] = min(out[i], tp_limit[i]), min(maxs[i], tp_limit[i])
         if job.spec.elastic:  # a job the workload marks elastic stays within its bounds
@@ -57,3 +57,29 @@ def caps(jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c
             new = max(1, int(2 * n / (sd_factor * r / med + 1)))
             out[big] = min(out[big], new + (new % 2))
     return out, maxs
+
+
+def _no_log(spec: JobSpec) -> bool:
+    """True for a job without a loss/accuracy log (every Pollux job; no ONES-trace job)."""
+    return not (spec.attrs.get("acc_curve") or spec.attrs.get("loss_curve"))
+
+
+def big_jobs(specs: list[JobSpec], node_gpus: int, nodes: int) -> np.ndarray:
+    """Jobs without a progress log that request at least `nodes` (> 0) nodes' worth of GPUs (D10)."""
+    return np.array([nodes > 0 and node_gpus > 0 and s.num_gpus >= nodes * node_gpus and _no_log(s)
+                     for s in specs], dtype=bool)
+
+
+def start_size(spec: JobSpec, start: str, node_gpus: int, idle: int = -1, nodes: int = 2) -> int:
+    """GPUs a new job is admitted with: 1 (artifact), its request, or its request within one node (D1), within
+    its elastic bounds. D9 (`idle` ≥ 0): a job without a progress log requesting ≥ `nodes` nodes' worth starts at
+    its request rounded down to whole nodes when that many GPUs are idle: on T4 a block straddling two nodes
+    measures slower than one node, so A16 would otherwise stop it at one node for good (an ablation: it lost)."""
+    if start == "one":
+        return 1
+    n = max(1, spec.num_gpus)
+    if start == "node" and node_gpus:
+        whole = n // node_gpus * node_gpus
+        big = idle >= 0 and n >= nodes * node_gpus and _no_log(spec) and whole <= idle
+        n = whole if big else min(n, node_gpus)
+    return min(n, spec.gpu_cap) if spec.elastic else n

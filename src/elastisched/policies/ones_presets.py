@@ -34,7 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
     "quiet_s": 0.0, "hold_factor": 1.0, "delta_clock": "progress", "preempt_factor": 1.0, "prior_s": 60.0,
     "start_whole": False, "resize_factor": 1.0, "pack_nodes": False, "queue_area": "row",
-    "explore": False,
+    "explore": False, "big_start": False, "big_explore": False, "soak": True,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
