@@ -72,13 +72,24 @@ def _nansum(x: np.ndarray) -> float:
 
 
 _BEST: dict[tuple[Any, ...], np.ndarray] = {}
+_GROUPS: dict[tuple[Any, ...], np.ndarray | None] = {}
+#: The applications the two caches are keyed by (their id, not their name: two profile sets can share a name,
+#: e.g. Pollux's and Sia's cifar10 in one sweep process). Held here so an id is never reused while cached.
+_APPS: dict[int, Application] = {}
+
+
+def _app_key(app: Application) -> int:
+    if len(_BEST) + len(_GROUPS) > 200_000:
+        _BEST.clear()
+        _GROUPS.clear()
+        _APPS.clear()
+    _APPS.setdefault(id(app), app)
+    return id(app)
 
 
 def _cached(key: tuple[Any, ...], make: Callable[[], np.ndarray]) -> np.ndarray:
     r = _BEST.get(key)
     if r is None:
-        if len(_BEST) > 200_000:
-            _BEST.clear()
         r = _BEST[key] = make()
     return r
 
@@ -91,14 +102,14 @@ def _rate(app: Application, gpu_type: str, shape: tuple[int, ...], batch: int) -
 
 def _grid_rates(app: Application, gpu_type: str, shape: tuple[int, ...]) -> np.ndarray:
     """The per-epoch best over the 12-point batch grid (the part shared by every job's own batch)."""
-    return _cached((app.name, gpu_type, shape), lambda: _elementwise_max(
+    return _cached((_app_key(app), gpu_type, shape), lambda: _elementwise_max(
         [_rate(app, gpu_type, shape, b) for b in _batch_grid(app.init_batch_size, app.max_batch_size)]))
 
 
 def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], own_batch: int) -> np.ndarray:
     """Progress/s per epoch on `shape` GPUs of `gpu_type` at the best batch for each epoch (grid above).
     A maximum does not depend on the order it is taken in, so the grid's part is computed once per shape."""
-    return _cached((app.name, gpu_type, shape, own_batch), lambda: _elementwise_max(
+    return _cached((_app_key(app), gpu_type, shape, own_batch), lambda: _elementwise_max(
         [_grid_rates(app, gpu_type, shape), _rate(app, gpu_type, shape, own_batch)]))
 
 
@@ -119,15 +130,12 @@ def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_no
     the batch grid (shared by all jobs of the application) and over the job's own batch."""
     shapes = _shapes(cap, per_node, nodes)
     grid_batches = _batch_grid(app.init_batch_size, app.max_batch_size)
-    grid = _cached((app.name, gpu_type, cap, per_node, nodes), lambda: _elementwise_max(
+    grid = _cached((_app_key(app), gpu_type, cap, per_node, nodes), lambda: _elementwise_max(
         _by_count(app, gpu_type, cap, grid_batches, per_node, nodes)
         or [_grid_rates(app, gpu_type, sh) for sh in shapes]))
-    return _cached((app.name, gpu_type, cap, own_batch, per_node, nodes), lambda: _elementwise_max(
+    return _cached((_app_key(app), gpu_type, cap, own_batch, per_node, nodes), lambda: _elementwise_max(
         [grid, *(_by_count(app, gpu_type, cap, (own_batch,), per_node, nodes)
                  or [_rate(app, gpu_type, sh, own_batch) for sh in shapes])]))
-
-
-_GROUPS: dict[tuple[Any, ...], np.ndarray | None] = {}
 
 
 def _by_count(app: Application, gpu_type: str, cap: int, batches: tuple[int, ...], per_node: int, nodes: int
@@ -140,10 +148,8 @@ def _by_count(app: Application, gpu_type: str, cap: int, batches: tuple[int, ...
     out = []
     for b in batches:
         for g in range(1, cap + 1):
-            key = (app.name, gpu_type, g, b, per_node, nodes)
+            key = (_app_key(app), gpu_type, g, b, per_node, nodes)
             if key not in _GROUPS:
-                if len(_GROUPS) > 200_000:
-                    _GROUPS.clear()
                 _GROUPS[key] = _count_rate(app, gpu_type, g, b, per_node, nodes)
             r = _GROUPS[key]
             if r is None:
