@@ -199,9 +199,10 @@ class Simulator:
                 self.pending_views[jid] = v
         self.stale.clear()
         self._sync_node_used()
+        used = self.node_used.copy()  # the policy's read-only copy
+        used.flags.writeable = False
         return ClusterSnapshot(self.now, self.nodes, MappingProxyType(self.views), self.reclaim_demand,
-                               MappingProxyType(self.running_views), MappingProxyType(self.free),
-                               self._used_view(), self._pending)
+                               MappingProxyType(self.running_views), MappingProxyType(self.free), used, self._pending)
 
     def _pending(self) -> Mapping[JobId, JobView]:
         """Active jobs without GPUs in submission order (`ClusterSnapshot.pending`): put back in order only
@@ -212,11 +213,6 @@ class Simulator:
             self._pending_proxy = MappingProxyType(self.pending_views)
             self._pending_sorted = True
         return self._pending_proxy
-
-    def _used_view(self) -> np.ndarray:
-        used = self.node_used.copy()
-        used.flags.writeable = False
-        return used
 
     def _sync_node_used(self) -> None:
         """Rebuild per-node usage after the node set changed (loans come and go; rare)."""
