@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from elastisched.core.errors import ConfigError
-from elastisched.core.types import Allocation, ClusterSnapshot, JobView
+from elastisched.core.types import Allocation, ClusterSnapshot, JobView, PendingReason
 from elastisched.models.application import Application
 from elastisched.policies.base import PolicyContext
 
@@ -69,3 +69,19 @@ def fits(free: dict[str, int], types: tuple[str, ...], need: int) -> str | None:
         if (not types or t in types) and f >= need and (best is None or f > free[best]):
             best = t
     return best
+
+
+def start_type(job: JobView, types: Mapping[str, str], free: dict[str, int]) -> tuple[int, str | None]:
+    """Optimus's start: the job's first size (its minimum when elastic, else 1) and the GPU type to give it:
+    its current type while that has room and is allowed, else the type that fits best (None when none does)."""
+    spec, cur = job.spec, job.allocation
+    first = spec.min_gpus if spec.elastic else 1
+    t = types[cur.placement[0][0]] if cur.placement else None
+    if t is None or free.get(t, 0) < first or (spec.gpu_types and t not in spec.gpu_types):
+        t = fits(free, spec.gpu_types, first)
+    return first, t
+
+
+def wait_reason(capacity: Mapping[str, int], types: tuple[str, ...], need: int) -> PendingReason:
+    """Why a job that fits no free GPU type waits: RESOURCES, or INFEASIBLE when no type could ever hold it."""
+    return PendingReason.RESOURCES if can_ever_fit(capacity, types, need) else PendingReason.INFEASIBLE

@@ -21,7 +21,7 @@ import math
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.models.application import Application, packed_shape
-from elastisched.policies._common import can_ever_fit, fits, node_types, require_model
+from elastisched.policies._common import node_types, require_model, start_type, wait_reason
 from elastisched.policies.base import Policy, PolicyContext, register
 
 
@@ -46,14 +46,9 @@ class OptimusPolicy(Policy):
         for jid, job in snap.jobs.items():
             app = require_model(job, ctx, self.name)
             spec = job.spec
-            first = spec.min_gpus if spec.elastic else 1
-            cur = job.allocation
-            t = node_types(snap)[cur.placement[0][0]] if cur.gpus else None
-            if t is None or free.get(t, 0) < first or (spec.gpu_types and t not in spec.gpu_types):
-                t = fits(free, spec.gpu_types, first)
+            first, t = start_type(job, node_types(snap), free)
             if t is None:
-                ok = can_ever_fit(capacity, spec.gpu_types, first)
-                reasons[jid] = PendingReason.RESOURCES if ok else PendingReason.INFEASIBLE
+                reasons[jid] = wait_reason(capacity, spec.gpu_types, first)
                 continue
             remaining = remaining_steps(app, job)
             cap = 1 if app.name == "ncf" else max(1, spec.batch_size // app.min_local_bsz)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
-from elastisched.policies._common import can_ever_fit, fits, node_types
+from elastisched.policies._common import node_types, start_type, wait_reason
 from elastisched.policies.base import Policy, PolicyContext, register
 
 EPS_CONVERGED = 0.05  # fraction of the reducible loss left at convergence (reading, module docstring)
@@ -102,14 +102,9 @@ class OptimusOnlinePolicy(Policy):
         order = {jid: i for i, jid in enumerate(snap.jobs)}
         for jid, job in snap.jobs.items():
             spec = job.spec
-            first = spec.min_gpus if spec.elastic else 1
-            cur = job.allocation
-            t = types[cur.placement[0][0]] if cur.placement else None
-            if t is None or free.get(t, 0) < first or (spec.gpu_types and t not in spec.gpu_types):
-                t = fits(free, spec.gpu_types, first)
+            first, t = start_type(job, types, free)
             if t is None:
-                ok = can_ever_fit(capacity, spec.gpu_types, first)
-                reasons[jid] = PendingReason.RESOURCES if ok else PendingReason.INFEASIBLE
+                reasons[jid] = wait_reason(capacity, spec.gpu_types, first)
                 continue
             n[jid], gtype[jid] = first, t
             free[t] -= first
