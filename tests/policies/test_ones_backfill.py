@@ -76,3 +76,20 @@ def test_tuned_leaves_no_gpu_idle_while_a_pollux_job_waits(models: Any) -> None:
     assert runs[True][0].idle_waits == 0
     assert runs[False][0].idle_waits > 0
     assert runs[True][1]["n_finished"] == runs[False][1]["n_finished"] == 40
+
+
+def test_hold_free_factor_applies_per_job() -> None:
+    """D13: the growth hold takes one factor per job, so jobs without a progress log (`hold_free`) may grow on a
+    smaller predicted gain than jobs with one (`hold_factor`)."""
+    from elastisched.policies import ones_deploy as dep
+
+    cur = np.array([0, 0, E, E, 1, 1, E, E])
+    best = np.array([0, 0, 0, 0, 1, 1, 1, 1])  # both grow 2 -> 4 in place
+    running = np.array([True, True])
+    pts_n = np.array([[2.0, np.inf], [2.0, np.inf]])
+    pts_x = np.array([[100.0, 0.0], [100.0, 0.0]])
+    rem = np.array([3000.0, 3000.0])  # 30 s on 2 GPUs, 15 s on 4: a 15 s gain against an 8 s resize
+    assert dep.hold(cur, best, running, rem, pts_n, pts_x, 8.0, np.array([1.0, 3.0])).tolist() == [False, True]
+    assert dep.hold(cur, best, running, rem, pts_n, pts_x, 8.0, 3.0).tolist() == [True, True]
+    tuned = OnesPolicy("tuned")
+    assert (tuned.hold_free, tuned.hold_factor) == (1.0, 3.0)

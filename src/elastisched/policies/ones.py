@@ -79,6 +79,7 @@ class OnesPolicy(Policy):
         self.restart_aware = bool(o["restart_aware"])
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
         self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
+        self.hold_free = self.hold_factor if o["hold_free"] is None else float(o["hold_free"])  # D13
         self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
         self.start_whole, self.resize_factor, self.pack = (bool(o["start_whole"]), float(o["resize_factor"]),
                                                            bool(o["pack_nodes"]))
@@ -272,7 +273,8 @@ class OnesPolicy(Policy):
             prior = np.maximum([j.attained_service for j in jobs], self.prior_s * size)
             self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size, free)
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
-        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor, self._xtab)
+        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost,
+                         np.where(free, self.hold_free, self.hold_factor), self._xtab)
                 if self.restart_aware else None)
         dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
         after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]

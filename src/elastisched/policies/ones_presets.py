@@ -21,7 +21,8 @@
   A7); growth capped at the request (`cap_factor` 1) and δ = 1.5 epochs between placement changes; after the
   deployment, waiting jobs without a progress log start on the GPUs it leaves idle, least attained service first
   (D12, `backfill`, `ones_backfill`: the hold and the δ throttle otherwise left GPUs meant for a growth idle
-  while jobs waited).
+  while jobs waited); a job without a progress log may grow when the predicted gain exceeds 1× the resize cost
+  (`hold_free`, D13; jobs with one keep `hold_factor` 3, so the ONES trace is unchanged).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "quiet_s": 0.0, "hold_factor": 1.0, "delta_clock": "progress", "preempt_factor": 1.0, "prior_s": 60.0,
     "start_whole": False, "resize_factor": 1.0, "pack_nodes": False, "queue_area": "row",
     "explore": False, "big_start": False, "big_explore": False, "soak": True, "backfill": False,
+    "hold_free": None,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -46,5 +48,5 @@ PRESETS: dict[str, dict[str, Any]] = {
                  "refresh_keep_first": True, "double_once_per_epoch": True, "delta_clock": "epochs"},
     "tuned": {"start": "node", "fitness": "mixed", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
               "delta_epochs": 1.5, "hold_factor": 3.0, "resize_factor": 3.0, "prior_s": 1800.0, "pack_nodes": True,
-              "backfill": True},
+              "backfill": True, "hold_free": 1.0},
 }
