@@ -30,9 +30,9 @@ from elastisched.models.online_throughput import OnlineThroughput
 from elastisched.models.progress_predictor import BetaProgressPredictor, HistoryTable, features
 from elastisched.policies import _ones_ops as ops
 from elastisched.policies import ones_artifact as art
+from elastisched.policies import ones_backfill, ones_layout, ones_state
 from elastisched.policies import ones_deploy as dep
 from elastisched.policies import ones_jct as jct
-from elastisched.policies import ones_layout, ones_state
 from elastisched.policies import ones_predict as pred
 from elastisched.policies._ones_ops import job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
@@ -79,12 +79,13 @@ class OnesPolicy(Policy):
         self.restart_aware = bool(o["restart_aware"])
         self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
         self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
+        self.hold_free = self.hold_factor if o["hold_free"] is None else float(o["hold_free"])  # D13
         self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
         self.start_whole, self.resize_factor, self.pack = (bool(o["start_whole"]), float(o["resize_factor"]),
                                                            bool(o["pack_nodes"]))
         self.resume_area, self.explore = o["queue_area"] == "resume", bool(o["explore"])
         self.big_start, self.big_explore, self._idle = int(o["big_start"]), int(o["big_explore"]), 0  # D9, D10
-        self.soak = bool(o["soak"])  # D11
+        self.soak, self.backfill = bool(o["soak"]), bool(o["backfill"])  # D11, D12
         self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
         self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         if throttle not in ("job", "global"):
@@ -272,7 +273,8 @@ class OnesPolicy(Policy):
             prior = np.maximum([j.attained_service for j in jobs], self.prior_s * size)
             self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size, free)
         best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
-        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost, self.hold_factor, self._xtab)
+        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost,
+                         np.where(free, self.hold_free, self.hold_factor), self._xtab)
                 if self.restart_aware else None)
         dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
         after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
@@ -353,6 +355,8 @@ class OnesPolicy(Policy):
         running = np.array([job.gpus > 0 for job in jobs])
         since = art.since(sts) if self.epoch_clock == "epochs" else e - np.array([st["last_placed"] for st in sts])
         out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
+        if self.backfill:  # D12: waiting jobs without a progress log start on the GPUs `out` leaves idle
+            out, self.pop = ones_backfill.admit(out, self._node_of, jobs, sts, self.pop)
         for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
             if sts[i]["resume"]:
                 sts[i]["resume"] = max(1, sts[i]["resume"] // 2)

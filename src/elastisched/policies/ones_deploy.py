@@ -32,14 +32,16 @@ def slot_counts(slots: np.ndarray, num_jobs: int) -> np.ndarray:
 
 
 def hold(cur: np.ndarray, best: np.ndarray, running: np.ndarray, rem: np.ndarray, pts_n: np.ndarray,
-         pts_x: np.ndarray, resize_cost: float, factor: float = 1.0, xtab: np.ndarray | None = None) -> np.ndarray:
+         pts_x: np.ndarray, resize_cost: float, factor: float | np.ndarray = 1.0,
+         xtab: np.ndarray | None = None) -> np.ndarray:
     """Running jobs that keep their slots because the move does not pay for itself (tuned preset).
 
     - a job whose GPU count stays the same but whose slots move (a migration) gains nothing: held;
     - a job that grows n → n' is held unless its predicted remaining time rem/x(n) exceeds
       rem/x(n') + `factor` × `resize_cost` (a job without a prediction, rem NaN, is never held for growth);
     - a job that shrinks or stops is not held: it frees GPUs for others, and the fitness already charged it.
-    `xtab`: x(n) already interpolated for n = 0..C, (C + 1, J) (the same values, looked up).
+    `factor`: one for all jobs or one per job (`hold_free`, D13). `xtab`: x(n) already interpolated for n = 0..C,
+    (C + 1, J) (the same values, looked up).
     """
     j = running.shape[0]
     n_cur, n_new = slot_counts(cur, j), slot_counts(best, j)
@@ -52,7 +54,7 @@ def hold(cur: np.ndarray, best: np.ndarray, running: np.ndarray, rem: np.ndarray
         idx = np.flatnonzero(known)
         q = np.stack([n_cur[idx], n_new[idx]])
         x = xtab[q, idx[None, :]] if xtab is not None else interp_throughput(pts_n[idx], pts_x[idx], q.astype(float))
-        gain = rem[idx] / x[0] - (rem[idx] / x[1] + factor * resize_cost)
+        gain = rem[idx] / x[0] - (rem[idx] / x[1] + np.broadcast_to(factor, (j,))[idx] * resize_cost)
         held[idx] = gain <= 0.0
     return held
 

@@ -59,14 +59,14 @@ def caps(jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c
     return out, maxs
 
 
-def _no_log(spec: JobSpec) -> bool:
+def no_log(spec: JobSpec) -> bool:
     """True for a job without a loss/accuracy log (every Pollux job; no ONES-trace job)."""
     return not (spec.attrs.get("acc_curve") or spec.attrs.get("loss_curve"))
 
 
 def big_jobs(specs: list[JobSpec], node_gpus: int, nodes: int) -> np.ndarray:
     """Jobs without a progress log that request at least `nodes` (> 0) nodes' worth of GPUs (D10)."""
-    return np.array([nodes > 0 and node_gpus > 0 and s.num_gpus >= nodes * node_gpus and _no_log(s)
+    return np.array([nodes > 0 and node_gpus > 0 and s.num_gpus >= nodes * node_gpus and no_log(s)
                      for s in specs], dtype=bool)
 
 
@@ -80,6 +80,6 @@ def start_size(spec: JobSpec, start: str, node_gpus: int, idle: int = -1, nodes:
     n = max(1, spec.num_gpus)
     if start == "node" and node_gpus:
         whole = n // node_gpus * node_gpus
-        big = idle >= 0 and n >= nodes * node_gpus and _no_log(spec) and whole <= idle
+        big = idle >= 0 and n >= nodes * node_gpus and no_log(spec) and whole <= idle
         n = whole if big else min(n, node_gpus)
     return min(n, spec.gpu_cap) if spec.elastic else n

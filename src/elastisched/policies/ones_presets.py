@@ -18,7 +18,11 @@
   is packed onto as few nodes as the free GPUs allow (D7, `pack_nodes`); a round whose inputs did not change
   since the last (same jobs, placements, epochs done, δ and scale-up clocks; only random draws differ) is
   skipped for up to `quiet_s` = 300 s (one generation per event, and at least one per 5 minutes: a reading of
-  A7); growth capped at the request (`cap_factor` 1) and δ = 1.5 epochs between placement changes.
+  A7); growth capped at the request (`cap_factor` 1) and δ = 1.5 epochs between placement changes; after the
+  deployment, waiting jobs without a progress log start on the GPUs it leaves idle, least attained service first
+  (D12, `backfill`, `ones_backfill`: the hold and the δ throttle otherwise left GPUs meant for a growth idle
+  while jobs waited); a job without a progress log may grow when the predicted gain exceeds 1× the resize cost
+  (`hold_free`, D13; jobs with one keep `hold_factor` 3, so the ONES trace is unchanged).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "double_once_per_epoch": False, "restart_aware": False, "restart_cost": 30.0, "resize_cost": 8.0,
     "quiet_s": 0.0, "hold_factor": 1.0, "delta_clock": "progress", "preempt_factor": 1.0, "prior_s": 60.0,
     "start_whole": False, "resize_factor": 1.0, "pack_nodes": False, "queue_area": "row",
-    "explore": False, "big_start": False, "big_explore": False, "soak": True,
+    "explore": False, "big_start": False, "big_explore": False, "soak": True, "backfill": False,
+    "hold_free": None,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -42,5 +47,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "artifact": {"artifact_scale_gate": True, "throughput_limit": False, "scale_in": "every", "delta_reset": "all",
                  "refresh_keep_first": True, "double_once_per_epoch": True, "delta_clock": "epochs"},
     "tuned": {"start": "node", "fitness": "mixed", "restart_aware": True, "quiet_s": 300.0, "cap_factor": 1,
-              "delta_epochs": 1.5, "hold_factor": 3.0, "resize_factor": 3.0, "prior_s": 1800.0, "pack_nodes": True},
+              "delta_epochs": 1.5, "hold_factor": 3.0, "resize_factor": 3.0, "prior_s": 1800.0, "pack_nodes": True,
+              "backfill": True, "hold_free": 1.0},
 }
