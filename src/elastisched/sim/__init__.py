@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from elastisched.core.types import NodeView
 from elastisched.models.registry import PerfModels
@@ -11,10 +13,24 @@ from elastisched.sim.metrics import SimResult
 from elastisched.sim.simulator import LoanTimeline, SimConfig, Simulator
 from elastisched.workloads.schema import Workload
 
-__all__ = ["LoanTimeline", "SimConfig", "SimResult", "Simulator", "simulate"]
+__all__ = ["LoanTimeline", "SimConfig", "SimResult", "Simulator", "simulate", "young_gc_only"]
 
 
 def simulate(workload: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels,
              config: SimConfig | None = None) -> SimResult:
     """Run one simulation to completion and return its results."""
-    return Simulator(workload, policy, nodes, models, config).run()
+    with young_gc_only():
+        return Simulator(workload, policy, nodes, models, config).run()
+
+
+@contextmanager
+def young_gc_only() -> Iterator[None]:
+    """No full (oldest-generation) garbage collection while a simulation runs: its job states and views live
+    for the whole run, and each full collection walks all of them again (the time it saves:
+    `benchmarks/gc_effect.py`). Young collections still run, so garbage cycles a round makes are freed."""
+    old = gc.get_threshold()
+    gc.set_threshold(old[0], old[1], 1 << 30)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
