@@ -42,8 +42,9 @@ def _flag_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
     return None if self.is_flag else _TYPE_RICH(self, ctx)
 
 
-_TYPE_RICH = typer.core.TyperOption.display_type_rich
-typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+_TYPE_RICH = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _TYPE_RICH is not None:  # a Typer without it prints no type beside flags: nothing to patch
+    typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
 class _PlainParam:
