@@ -170,3 +170,16 @@ def test_rounds_return_to_the_grid_and_same_time_loan_steps(models: PerfModels) 
                     SimConfig(loans=LoanTimeline(((0.0, 2), (100.0, 1), (100.0, 1)))))
     sim.run()
     assert len(sim.active_loans) == 1
+
+
+def test_no_full_gc_during_a_run_and_thresholds_restored(models: PerfModels) -> None:
+    """`simulate` switches off the oldest generation's collection for the run only (`sim.young_gc_only`)."""
+    import gc
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+    cfg = SimConfig(on_round=lambda snap, res: seen.append(gc.get_threshold()))
+    spec = JobSpec("a", 0.0, "cifar10", 4, 512, min_gpus=4, max_gpus=4, work_scale=0.05)
+    simulate(wl(spec), make_policy("fifo"), parse_cluster("1x4:t4"), models, cfg)
+    assert seen and all(t[:2] == before[:2] and t[2] >= 1 << 30 for t in seen)
+    assert gc.get_threshold() == before

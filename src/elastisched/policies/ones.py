@@ -36,7 +36,7 @@ from elastisched.policies import ones_jct as jct
 from elastisched.policies import ones_predict as pred
 from elastisched.policies._ones_ops import job_batch
 from elastisched.policies.base import Policy, PolicyContext, register
-from elastisched.policies.ones_limits import big_jobs, start_size
+from elastisched.policies.ones_limits import big_jobs, no_log, start_size
 from elastisched.policies.ones_limits import caps as limit_caps
 from elastisched.policies.ones_presets import DEFAULTS, PRESETS
 
@@ -257,7 +257,7 @@ class OnesPolicy(Policy):
             self._tab = (ids, pn, px, self._xtable(ids, pn, px, c))
         pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
         limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
-        free = np.array([not (s.attrs.get("acc_curve") or s.attrs.get("loss_curve")) for s in self._specs])
+        free = self._no_log = np.array([no_log(s) for s in self._specs], dtype=bool)  # read by D5, D12, D13
         probe = free & (self.explore or (self.big_explore > 0 and big_jobs(self._specs, self._node_gpus,
                                                                            self.big_explore)))
         if probe.any():  # D8 (D10: jobs requesting ≥ big_explore nodes): optimistic sizes above the largest observed
@@ -356,7 +356,7 @@ class OnesPolicy(Policy):
         since = art.since(sts) if self.epoch_clock == "epochs" else e - np.array([st["last_placed"] for st in sts])
         out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
         if self.backfill:  # D12: waiting jobs without a progress log start on the GPUs `out` leaves idle
-            out, self.pop = ones_backfill.admit(out, self._node_of, jobs, sts, self.pop)
+            out, self.pop = ones_backfill.admit(out, self._node_of, jobs, sts, self.pop, self._no_log)
         for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
             if sts[i]["resume"]:
                 sts[i]["resume"] = max(1, sts[i]["resume"] // 2)

@@ -18,7 +18,6 @@ import numpy as np
 
 from elastisched.core.types import JobView
 from elastisched.policies._ones_ops import EMPTY
-from elastisched.policies.ones_limits import no_log
 
 
 def place(out: np.ndarray, node_of: np.ndarray, n: int) -> np.ndarray:
@@ -67,10 +66,11 @@ def seed_rows(pop: np.ndarray, out: np.ndarray, started: np.ndarray) -> np.ndarr
 
 
 def admit(out: np.ndarray, node_of: np.ndarray, jobs: list[JobView], sts: list[dict[str, Any]],
-          pop: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """`backfill` for the waiting jobs without a progress log, at their resume size (a preempted job) or their
-    start size (`max_size` of a new job). Returns the array to deploy and the population with them seeded."""
-    waiting = np.array([not j.gpus and no_log(j.spec) for j in jobs], dtype=bool)
+          pop: np.ndarray | None, without_log: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """`backfill` for the waiting jobs without a progress log (`without_log`, per job: `ones_limits.no_log`), at
+    their resume size (a preempted job) or their start size (`max_size` of a new job). Returns the array to
+    deploy and the population with them seeded."""
+    waiting = np.array([not j.gpus for j in jobs], dtype=bool) & without_log
     if not waiting.any() or not (out == EMPTY).any():
         return out, pop
     size = np.array([st["resume"] or st["max_size"] for st in sts], dtype=np.int64)
