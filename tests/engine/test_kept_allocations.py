@@ -52,3 +52,24 @@ def test_open_allocation_larger_than_free_names_what_is_free() -> None:
         place_changes({k: v.allocation for k, v in snap.running_jobs().items()} | {"j2": Allocation(num_gpus=5)}, snap)
     with pytest.raises(InvariantViolation, match=r"only 4 free"):
         place_changes(KeptAllocations(snap.running_jobs(), {"j2": Allocation(num_gpus=5)}), snap)
+
+
+def test_released_jobs_same_as_plain_dict() -> None:
+    """A running job released (stopped: j1) or released and moved (j0, open allocation): the mapping equals the
+    plain dict without them, and the placer frees their GPUs first, as its general path does."""
+    snap = _snap()
+    added = {"j0": Allocation(num_gpus=2, gpu_type="t4"), "j2": Allocation(num_gpus=4, gpu_type="t4")}
+    kept = KeptAllocations(snap.running_jobs(), added, ["j1", "j0"])
+    plain = {"j4": snap.jobs["j4"].allocation} | added
+    assert list(kept) == list(plain) and dict(kept) == plain and len(kept) == 3
+    assert "j1" not in kept and kept.get("j1") is None and "j0" in kept and kept["j0"] is added["j0"]
+    with pytest.raises(KeyError):
+        kept["j1"]
+    fast, free_fast, ch_fast = place_changes(kept, snap)
+    slow, free_slow, ch_slow = place_changes(plain, snap)
+    assert dict(fast) == slow and list(fast) == list(slow)
+    assert np.array_equal(free_fast, free_slow)
+    assert ch_fast is not None and ch_slow is not None
+    assert ch_fast.changed == ch_slow.changed and sorted(ch_fast.released) == sorted(ch_slow.released) == ["j0", "j1"]
+    # j1's 4 GPUs on n1 and j0's 2 on n0 are free again before the open allocations are placed
+    assert fast["j2"].placement == (("n1", 4),) and sum(g for _, g in fast["j0"].placement) == 2

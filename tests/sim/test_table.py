@@ -33,3 +33,48 @@ def test_work_log_keeps_keys_order_and_values() -> None:
     log = WorkLog(work)
     assert list(log.items()) == list(work.items()) and list(log) == list(work) and len(log) == 4
     assert log["t4", (2,), 0] == 0.25 and dict(log) == work
+
+
+def test_work_log_tail_expands_to_whole_epochs() -> None:
+    """A finished job's run of whole epochs is kept as a range (`JobState.work_tail`); the log expands it to the
+    entries one per epoch would have given, after the dict's, in epoch order."""
+    import numpy as np
+
+    from elastisched.sim.table import WorkLog
+
+    bounds = np.array([0.0, 1.0, 2.5, 4.0, 7.0])
+    head = {("t4", (2,), 0): 0.75, ("t4", (4,), 0): 0.25}
+    log = WorkLog(head, ("t4", (4,), 1, 4, 1.0), bounds)
+    want = head | {("t4", (4,), 1): 1.5, ("t4", (4,), 2): 1.5, ("t4", (4,), 3): 3.0}
+    assert list(log.items()) == list(want.items()) and len(log) == 5
+    configs, which, _, _ = log.arrays()
+    assert configs == [("t4", (2,)), ("t4", (4,))] and which.tolist() == [0, 1, 1, 1, 1]
+    # a tail in a configuration the dict does not have yet is a new one
+    assert list(WorkLog({}, ("a100", (1,), 0, 2, 0.5), bounds).items()) == [(("a100", (1,), 0), 0.5),
+                                                                           (("a100", (1,), 1), 1.5)]
+
+
+def test_finishing_run_logs_every_epoch() -> None:
+    """A job that runs undisturbed to the end: its log (dict + tail) has one entry per epoch, each the epoch's
+    whole work, and they add up to the job's total."""
+    import numpy as np
+
+    from elastisched.core.types import Allocation, JobSpec
+    from elastisched.engine.jobstate import new_state
+    from elastisched.models import PerfModels
+    from elastisched.sim.table import WorkLog
+
+    models = PerfModels.load()
+    spec = JobSpec("j", 0.0, "cifar10", 2, 128, work_scale=0.05)
+    job = new_state(spec, models.app("cifar10"), 0.0)
+    job.apply(Allocation((("n0", 2),)), 0.0, {"n0": "t4"}, 30.0)
+    t_end = job.finish_time()
+    job.advance(t_end / 3)
+    mid = job.epoch
+    job.advance(t_end, finishing=True)
+    assert job.work_tail is not None and job.work_tail[2:4] == (mid + 1, len(job.bounds) - 1)
+    assert max(e for _, _, e in job.work_by_config) == mid  # the epochs after it are the tail's alone
+    log = WorkLog(job.work_by_config, job.work_tail, job.bounds_arr)
+    _, _, epoch, work = log.arrays()
+    assert epoch.tolist() == list(range(len(job.bounds) - 1))
+    assert np.allclose(work, np.diff(job.bounds_arr)) and abs(work.sum() - job.total) < 1e-9 * job.total

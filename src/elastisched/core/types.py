@@ -249,36 +249,52 @@ class ClusterSnapshot:
 
 class KeptAllocations(Mapping[JobId, Allocation]):
     """Allocations in which every running job keeps the very allocation it holds (those of `running`, in its
-    order) followed by `added`, allocations of jobs that do not run now. A non-preemptive policy (FIFO) builds
-    its decision this way in O(added) instead of copying every running job's allocation each round, and the
-    placer, seeing the snapshot's own `running`, skips the unchanged jobs. Like the snapshot it was built
-    from, it is valid for the round only (it reads `running`'s views)."""
+    order) except the `released` ones, followed by `added`: allocations of jobs that do not run now, or of
+    released ones that move. A policy that changes few jobs a round (FIFO never releases any; Tiresias
+    preempts a few) builds its decision this way in O(changes) instead of copying every running job's
+    allocation each round, and the placer, seeing the snapshot's own `running`, skips the unchanged jobs.
+    Like the snapshot it was built from, it is valid for the round only (it reads `running`'s views);
+    `released` must name running jobs only, each once."""
 
-    __slots__ = ("added", "running")
+    __slots__ = ("added", "released", "running")
 
-    def __init__(self, running: Mapping[JobId, JobView], added: Mapping[JobId, Allocation]) -> None:
+    def __init__(self, running: Mapping[JobId, JobView], added: Mapping[JobId, Allocation],
+                 released: Sequence[JobId] = ()) -> None:
         self.running = running
         self.added = added
+        self.released = released
+
+    def _kept(self, job_id: object) -> bool:
+        return job_id in self.running and (not self.released or job_id not in self.released)
 
     def __getitem__(self, job_id: JobId) -> Allocation:
         a = self.added.get(job_id)
-        return a if a is not None else self.running[job_id].allocation
+        if a is not None:
+            return a
+        if self.released and job_id in self.released:
+            raise KeyError(job_id)
+        return self.running[job_id].allocation
 
     def get(self, job_id: JobId, default: Any = None) -> Any:
         a = self.added.get(job_id)
         if a is not None:
             return a
+        if self.released and job_id in self.released:
+            return default
         v = self.running.get(job_id)
         return v.allocation if v is not None else default
 
     def __contains__(self, job_id: object) -> bool:
-        return job_id in self.added or job_id in self.running
+        return job_id in self.added or self._kept(job_id)
 
     def __iter__(self) -> Iterator[JobId]:
-        return chain(self.running, self.added)
+        if not self.released:
+            return chain(self.running, self.added)
+        gone = set(self.released)
+        return chain((j for j in self.running if j not in gone), self.added)
 
     def __len__(self) -> int:
-        return len(self.running) + len(self.added)
+        return len(self.running) - len(self.released) + len(self.added)
 
     def __repr__(self) -> str:
         return f"KeptAllocations({dict(self)!r})"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
 from types import MappingProxyType
 
 import numpy as np
@@ -113,6 +112,9 @@ class JobState:
     restart_gpu_seconds: float = 0.0
     # progress done per (GPU type, shape, epoch): the JCT decomposition (sim.metrics) prices it afterwards
     work_by_config: dict[tuple[str, tuple[int, ...], int], float] = field(default_factory=dict)
+    # the whole epochs a job finishes in one go, as a range instead of an entry each (the log's last entries):
+    # (GPU type, shape, first epoch, last epoch + 1, progress before them); `sim.table.WorkLog` expands it
+    work_tail: tuple[str, tuple[int, ...], int, int, float] | None = None
     updated: float = 0.0
     start_time: float | None = None
     end_time: float | None = None
@@ -176,20 +178,16 @@ class JobState:
             if finishing:
                 progress = self.progress
                 e0 = self.epoch
-                stop, keys = last, None
-                if last - e0 > 8:  # a job that ran undisturbed finishes every epoch here: the tail at C speed
-                    keys = list(zip(repeat(gt), repeat(sh), range(e0 + 1, last)))
-                    if wbc.keys().isdisjoint(keys):  # (always, unless measured progress went back an epoch)
-                        stop = e0 + 1
-                    else:
-                        keys = None
+                stop = last
+                # a job that ran undisturbed finishes every epoch here: the epochs after the first are kept as
+                # a range (`work_tail`), unless one has an entry already (measured progress went back an epoch)
+                if last - e0 > 1 and self.work_tail is None and not any(
+                        k[0] == gt and k[1] == sh and e0 < k[2] < last for k in wbc):
+                    stop = e0 + 1
+                    self.work_tail = (gt, sh, e0 + 1, last, progress)
                 for e in range(e0, stop):  # the first epoch may have been begun in this configuration already
                     key = (gt, sh, e)
                     wbc[key] = wbc.get(key, 0.0) + (bounds[e + 1] - max(progress, bounds[e]))
-                if keys is not None:  # the same differences as the loop's, element by element, in epoch order
-                    b = self.bounds_arr
-                    wbc.update(zip(keys, (b[e0 + 2:last + 1] - np.maximum(progress, b[e0 + 1:last])).tolist(),
-                                   strict=True))
                 self.progress, self.epoch = self.total, last
                 self.updated = t
                 self.view = None

@@ -79,8 +79,14 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
     jobs = snap.jobs
     changes = Changes([], []) if incremental else None
     if changes is not None and isinstance(allocs, KeptAllocations) and allocs.running is snap.running_jobs():
-        # every running job keeps what it holds (nothing released): only the added jobs are looked at
+        # every running job keeps what it holds but the released ones: only those and the added are looked at
         free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+        for jid in allocs.released:  # (released before any is placed, as below: GPU counts add up in any order)
+            changes.released.append(jid)
+            for n, g in jobs[jid].allocation.placement:
+                i = idx.pos.get(n)
+                if i is not None:
+                    free[i] += g
         added: dict[JobId, Allocation] = {}
         for jid, a in allocs.added.items():
             if a.gpus <= 0:
@@ -91,7 +97,7 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                 changes.changed.append(jid)
         changes.changed.extend(jid for jid, _ in todo)
         _fill(todo, snap, idx, free, added)
-        return KeptAllocations(allocs.running, added), free, changes
+        return KeptAllocations(allocs.running, added, allocs.released), free, changes
     if changes is not None:
         free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
         kept = 0
@@ -134,7 +140,8 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
 @dataclass(slots=True)
 class Changes:
     """Jobs of a round whose allocation is not the very object they hold now: `changed` (placed, in the
-    order of the placed mapping) and `released` (running jobs that change or stop, in running order)."""
+    order of the placed mapping) and `released` (running jobs that change or stop, in running order, or in
+    the order of `KeptAllocations.released`)."""
 
     changed: list[JobId]
     released: list[JobId]

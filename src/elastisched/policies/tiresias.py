@@ -9,15 +9,30 @@
   that can never fit (more GPUs than any type it may use has in the cluster; skipped like the others).
   Once no GPU is left the round stops, as the artifact's does: the jobs after that wait for PRIORITY (no
   reason), which keeps a round O(admitted jobs) on a long queue.
+- Cost (ours): the decision is a `KeptAllocations` (running jobs kept as they are, the stopped ones
+  `released`), so the placer looks only at the changes; demotions are found by the walk where it meets the
+  job in queue 0 rather than by a pass over every running job (tests/policies/test_tiresias_walk.py checks
+  both against the plain rules, round by round).
 Reading: the artifact counts service by integer wall seconds since the job's last status change times its
 GPU count; we use the engine's attained GPU-seconds, which is the same quantity without rounding.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from itertools import chain
 from typing import Any
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, NodeView, PendingReason
+from elastisched.core.types import (
+    Allocation,
+    ClusterSnapshot,
+    Decision,
+    JobSpec,
+    JobView,
+    KeptAllocations,
+    NodeView,
+    PendingReason,
+)
 from elastisched.policies._common import can_ever_fit, fits, node_types
 from elastisched.policies.base import Policy, PolicyContext, register
 
@@ -65,63 +80,101 @@ class TiresiasPolicy(Policy):
         now = snap.now
         thr = self.threshold
         q0 = self._q0
-        # attained(now) written out (`d if d > 0.0 else 0.0` is max(0.0, d)): this loop and the one below run
-        # for every running job every round
-        demote = []
-        for jid, v in snap.running_jobs().items():
-            if jid in q0:
-                d = now - v.updated_at
-                if v.attained_service + (d if d > 0.0 else 0.0) * v.allocation.gpus >= thr:
-                    demote.append(jid)
-        for jid in demote:
-            del q0[jid]
-            self._q1[jid] = None
         free = snap.capacity_by_type()
         if self._fit_for is not snap.nodes:  # can_ever_fit depends only on the node set: memoised per set
             self._fit_for, self._fit, self._static = snap.nodes, {}, {}
         types_of = node_types(snap)
         static = self._static
         total_free = sum(free.values())
-        allocs: dict[str, Allocation] = {}
+        # the decision as `KeptAllocations`: a running job the walk keeps is not written anywhere; those it
+        # stops or moves are `released`, the jobs it starts or moves `added` (in walk order, the placer's)
+        running = snap.running_jobs()
+        added: dict[str, Allocation] = {}
+        released: list[str] = []
+        kept = 0
         reasons: dict[str, PendingReason] = {}
         wake = INF
         jobs = snap.jobs
-        for q in (q0, self._q1):
-            first = q is q0
-            for jid in q:
-                if total_free <= 0:
-                    break
+        # a running job of queue 0 whose attained service reached the threshold is demoted before the walk; it
+        # is found where the walk meets it in queue 0 (skipped there), and joins queue 1 before that is walked
+        demoted: list[str] = []
+        for first in (True, False):
+            if not first:
+                self._demote(demoted, running)
+            walk = iter(q0 if first else self._q1)
+            for jid in walk:
+                if total_free <= 0:  # no GPU left: the rest wait, and those of them that ran stop
+                    if first:  # the demoted run beyond here now; the rest of queue 0 may demote more
+                        released.extend(demoted)
+                    if kept + len(released) < len(running):
+                        self._release_rest(chain((jid,), walk, self._q1 if first else ()), running,
+                                           len(running) - kept - len(released), released, demoted, now)
+                    if first:
+                        self._demote(demoted, running)
+                    return Decision(KeptAllocations(running, added, released), reasons, next_round_at=wake)
                 job = jobs[jid]
                 st = static.get(jid)
                 if st is None or st[0] is not job:
                     st = static[jid] = self._job_static(job, snap, types_of)
                 _, need, ok, t, takes = st
+                if first and t is not None:  # it runs, in queue 0: `left` GPU-seconds before its demotion
+                    d = now - job.updated_at  # (`d if d > 0.0 else 0.0` is max(0.0, d), written out)
+                    left = thr - (job.attained_service + (d if d > 0.0 else 0.0) * job.allocation.gpus)
+                    if left <= 0.0:
+                        demoted.append(jid)
+                        continue
                 if not ok:
                     reasons[jid] = PendingReason.INFEASIBLE
+                    if t is not None:  # (only when the node set shrank under it)
+                        released.append(jid)
                     continue
-                if t is not None and free.get(t, 0) >= need:  # it runs (its first node of type `t`) and fits
-                    cur = job.allocation
-                    allocs[jid] = cur
+                if t is not None and free[t] >= need:  # it runs (its first node of type `t`) and fits
+                    kept += 1
                     for tn, g in takes:  # `take`, inlined (GPUs summed per type)
                         free[tn] -= g
                     total_free -= need
                     if first:
-                        d = now - job.updated_at
-                        w = now + (thr - (job.attained_service + (d if d > 0.0 else 0.0) * cur.gpus)) / need
+                        w = now + left / need
                         if w < wake:  # min(wake, w)
                             wake = w
                     continue
-                spec = job.spec
-                t2 = fits(free, spec.gpu_types, need)
+                if t is not None:  # it runs and does not fit where it is: it moves or stops
+                    released.append(jid)
+                t2 = fits(free, job.spec.gpu_types, need)
                 if t2 is not None:
-                    allocs[jid] = Allocation(num_gpus=need, gpu_type=t2)
+                    added[jid] = Allocation(num_gpus=need, gpu_type=t2)
                     free[t2] -= need
                     total_free -= need
                     if first and now + thr / need < wake:
                         wake = now + thr / need
                 else:
                     reasons[jid] = PendingReason.RESOURCES
-        return Decision(allocs, reasons, next_round_at=wake)
+        return Decision(KeptAllocations(running, added, released), reasons, next_round_at=wake)
+
+    def _release_rest(self, rest: Iterator[str], running: Mapping[str, JobView], missing: int, released: list[str],
+                      demoted: list[str], now: float) -> None:
+        """Release the `missing` running jobs among the queue's `rest` (the jobs the walk did not reach), and
+        note those of queue 0 whose service reached the threshold among the `demoted`."""
+        q0, thr = self._q0, self.threshold
+        for jid in rest:
+            v = running.get(jid)
+            if v is not None:
+                released.append(jid)
+                if jid in q0 and v.attained_service + max(0.0, now - v.updated_at) * v.allocation.gpus >= thr:
+                    demoted.append(jid)
+                missing -= 1
+                if not missing:
+                    return
+
+    def _demote(self, demoted: list[str], running: Mapping[str, JobView]) -> None:
+        """Move the `demoted` to the end of queue 1, in the order they run (the snapshot's), then forget them."""
+        if len(demoted) > 1:
+            at = set(demoted)
+            demoted[:] = [jid for jid in running if jid in at]
+        for jid in demoted:
+            del self._q0[jid]
+            self._q1[jid] = None
+        demoted.clear()
 
     def _job_static(self, job: JobView, snap: ClusterSnapshot, types_of: dict[str, str]
                     ) -> tuple[JobView, int, bool, str | None, tuple[tuple[str, int], ...]]:
@@ -134,7 +187,7 @@ class TiresiasPolicy(Policy):
         if ok is None:
             ok = self._fit[key] = can_ever_fit(snap.capacity_by_type(), spec.gpu_types, need)
         cur = job.allocation
-        if not ok or not cur.gpus:
+        if not cur.gpus:
             return job, need, ok, None, ()
         per_type: dict[str, int] = {}
         for n, g in cur.placement:

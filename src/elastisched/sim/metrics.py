@@ -192,7 +192,8 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, fl
     app = j.app
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
         return out
-    log = j.work_by_config if isinstance(j.work_by_config, WorkLog) else WorkLog(j.work_by_config)
+    log = (j.work_by_config if isinstance(j.work_by_config, WorkLog)
+           else WorkLog(j.work_by_config, j.work_tail, j.bounds_arr))
     configs, which, epoch, work_done = log.arrays()
     if len(configs) == 1:  # one configuration all along (most jobs): the same divisions, without the masks
         t, shape = configs[0]
