@@ -76,13 +76,16 @@ _GROUPS: dict[tuple[Any, ...], np.ndarray | None] = {}
 #: The applications the two caches are keyed by (their id, not their name: two profile sets can share a name,
 #: e.g. Pollux's and Sia's cifar10 in one sweep process). Held here so an id is never reused while cached.
 _APPS: dict[int, Application] = {}
+#: `best_rates` read at each epoch of a job with `n` epochs (what `decompose` divides by), per its key and `n`
+_BEST_AT: dict[tuple[Any, ...], np.ndarray] = {}
 
 
 def _app_key(app: Application) -> int:
-    if len(_BEST) + len(_GROUPS) > 200_000:
+    if len(_BEST) + len(_GROUPS) + len(_BEST_AT) > 200_000:
         _BEST.clear()
         _GROUPS.clear()
         _APPS.clear()
+        _BEST_AT.clear()
     _APPS.setdefault(id(app), app)
     return id(app)
 
@@ -185,13 +188,17 @@ def _balanced(g: int, k: int) -> tuple[int, ...]:
 
 def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, float]:
     """The job's JCT decomposition (module docstring); NaN losses when it has no model."""
+    return dict(zip(DECOMPOSITION, _decomposition(j, per_node), strict=True))
+
+
+def _decomposition(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float, ...]:
+    """`decompose`'s values in `DECOMPOSITION` order (a tuple: `collect` makes one per job)."""
     jct = (j.end_time or 0.0) - j.spec.submit_time
     running = j.run_time - j.restart_time
-    out = {"queued": jct - j.run_time, "restarting": j.restart_time, "running": running,
-           "best": float("nan"), "loss_gpus": float("nan"), "loss_batch": float("nan")}
+    nan = float("nan")
     app = j.app
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
-        return out
+        return jct - j.run_time, j.restart_time, running, nan, nan, nan
     log = (j.work_by_config if isinstance(j.work_by_config, WorkLog)
            else WorkLog(j.work_by_config, j.work_tail, j.bounds_arr))
     configs, which, epoch, work_done = log.arrays()
@@ -213,15 +220,20 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, fl
         per_entry = per_entry[priced]
     # the same divisions, summed one after another in the log's order (add.accumulate is sequential)
     at_best_batch = float(np.add.accumulate(per_entry)[-1]) if len(per_entry) else 0.0
-    t = max(j.gpu_seconds_by_type, key=lambda k: j.gpu_seconds_by_type[k])
+    t = max(j.gpu_seconds_by_type, key=j.gpu_seconds_by_type.__getitem__)
     if t not in app.profile.throughput:
-        return out
-    best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *per_node.get(t, (1, 1)))
+        return jct - j.run_time, j.restart_time, running, nan, nan, nan
     bounds = j.bounds_arr
+    n = len(bounds) - 1
+    servers = per_node.get(t, (1, 1))
+    key = (_app_key(app), t, j.spec.gpu_cap, j.spec.batch_size, servers, n)
+    best_at = _BEST_AT.get(key)
+    if best_at is None:
+        best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *servers)
+        best_at = _BEST_AT[key] = best_r[np.minimum(np.arange(n), len(best_r) - 1)]
     work = bounds[1:] - bounds[:-1]  # np.diff, and np.sum below, without their wrappers: same arithmetic
-    best = float((work / best_r[np.minimum(np.arange(len(work)), len(best_r) - 1)]).sum())
-    out |= {"best": best, "loss_batch": running - at_best_batch, "loss_gpus": at_best_batch - best}
-    return out
+    best = float((work / best_at).sum())
+    return jct - j.run_time, j.restart_time, running, best, at_best_batch - best, running - at_best_batch
 
 
 DECOMPOSITION = ["queued", "restarting", "running", "best", "loss_gpus", "loss_batch"]
@@ -236,19 +248,15 @@ def collect(sim: Simulator, wall: float) -> SimResult:
     cols = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
             "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"]
     for j in sorted(sim.done, key=lambda j: (j.spec.submit_time, j.spec.job_id)):
-        row = decompose(j, per_node) | {
-            "job": j.spec.job_id, "application": j.spec.application, "submit": j.spec.submit_time,
-            "start": j.start_time, "end": j.end_time, "jct": j.end_time - j.spec.submit_time,
-            "queue": (j.start_time or j.end_time) - j.spec.submit_time, "requested_gpus": j.spec.num_gpus,
-            "gpu_seconds": j.attained, "avg_gpus": j.attained / j.run_time if j.run_time else 0.0,
-            "run_time": j.run_time, "restarts": max(j.launches - 1, 0), "preemptions": j.preemptions,
-            "state": j.phase(j.end_time).value,
+        spec, start, end = j.spec, j.start_time, j.end_time
+        waited = (start or end) - spec.submit_time
+        rows.append((  # a tuple per job in `cols` order, not a dict: 74k jobs' rows at once
+            spec.job_id, spec.application, spec.submit_time, start, end, end - spec.submit_time, waited,
+            spec.num_gpus, j.attained, j.attained / j.run_time if j.run_time else 0.0, j.run_time,
+            max(j.launches - 1, 0), j.preemptions, j.phase(end).value,
             # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
-            "reason": j.reason or (PendingReason.PRIORITY.value if (j.start_time or j.end_time) > j.spec.submit_time
-                                   else ""),
-            "restart_gpu_seconds": j.restart_gpu_seconds,
-        }
-        rows.append(tuple(row[c] for c in cols))  # a tuple per job, not a dict: 74k jobs' rows at once
+            j.reason or (PendingReason.PRIORITY.value if waited > 0 else ""),
+            *_decomposition(j, per_node), j.restart_gpu_seconds))
     jobs = Rows(cols, rows)
     tl = Rows(["t", "busy_gpus", "total_gpus", "loaned_servers"], sim.timeline)
     jct = jobs.array("jct")

@@ -136,17 +136,17 @@ class Simulator:
         heapq.heappush(self.heap, (t, self.seq, kind, payload))
 
     def _arrive(self, spec: Any) -> None:
-        job = new_state(spec, self.models.app(spec.application), self.now)
+        job = new_state(spec, self.models.app(spec.application), now := self.now)
         self.jobs[spec.job_id] = job
-        v = self.views[spec.job_id] = job.make_view(self.now)  # insertion order = submission order
+        v = self.views[spec.job_id] = job.make_view(now)  # insertion order = submission order
         self.pending_views[spec.job_id] = v
-        self.policy.on_submit(spec, self.now)
+        self.policy.on_submit(spec, now)
 
     def _complete(self, job: SimJob, failed: bool = False) -> None:
-        job.advance(self.now, finishing=not failed)
+        job.advance(now := self.now, finishing=not failed)
         if not failed:
             job.progress = job.total
-        job.end_time, job.failed = self.now, failed
+        job.end_time, job.failed = now, failed
         self._account(job.allocation, -1)
         job.allocation = NO_ALLOCATION
         job.view = None
@@ -162,7 +162,7 @@ class Simulator:
         job.work_tail = None
         job.bounds = job.bounds_arr  # type: ignore[assignment]  # same numbers, 8 bytes each instead of 32
         self.done.append(job)
-        self.policy.on_finish(jid, self.now)
+        self.policy.on_finish(jid, now)
 
     def _set_loans(self, n: int) -> None:
         """Make `n` servers available to training; a pending reclaim counts as already returned."""
@@ -304,15 +304,16 @@ class Simulator:
                 job.reason = why
         if self.reclaim_demand:
             self._return_nodes(res)
+        now, pos = self.now, self._node_pos()  # (the node set changes only in `_return_nodes`, above)
         for act in res.actions:
             job = self.jobs[act.job_id]
-            if act.kind is not ActionKind.LAUNCH or job.updated < self.now:
-                job.advance(self.now)
+            if act.kind is not ActionKind.LAUNCH or job.updated < now:
+                job.advance(now)
             if act.kind is ActionKind.SUSPEND:
                 if not job.allocation.placement:
                     continue  # already preempted by the reclaim
                 job.preemptions += 1
-            elif act.allocation.placement and any(n not in self._node_pos() for n, _ in act.allocation.placement):
+            elif act.allocation.placement and any(n not in pos for n, _ in act.allocation.placement):
                 # placed on a node that was just returned: the job waits for the next round, and gives up
                 # what it holds now, which the decision has handed to other jobs
                 if job.allocation.placement:
@@ -320,7 +321,7 @@ class Simulator:
                     self._apply_allocation(job, NO_ALLOCATION)
                 continue
             self._apply_allocation(job, act.allocation)
-        self.timeline.append((self.now, self.busy, self.engine_total_gpus(), len(self.active_loans)))
+        self.timeline.append((now, self.busy, self.engine_total_gpus(), len(self.active_loans)))
         return res.decision.next_round_at
 
     def _node_pos(self) -> dict[str, int]:
