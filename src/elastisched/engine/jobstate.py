@@ -81,8 +81,7 @@ def allocation_rates(app: Application, gpu_type: str, shape: tuple[int, ...], cf
             and alloc.batch_size):
         t_iter = iidp_iteration_time(app, node_types, alloc.placement, alloc.local_batch, alloc.accumulation)
         return alloc.batch_size / t_iter, app.efficiency.gains(alloc.batch_size) / t_iter
-    t_iter = app.iteration_time(gpu_type, shape, cfg)
-    return cfg.global_batch / t_iter, app.efficiency.gains(cfg.global_batch) / t_iter
+    return app.data_parallel_rates(gpu_type, shape, cfg)
 
 
 def new_state(spec: JobSpec, app: Application | None, now: float) -> JobState:

@@ -53,6 +53,10 @@ class Application:
     restart_cost: float = DEFAULT_RESTART_COST
     max_local_bsz_override: int | None = None
     _models: dict[str, ThroughputModel] = field(default_factory=dict, repr=False)
+    # memos of `batch_config` and `data_parallel_rates`, which a long replay asks for the same few sizes each time
+    _configs: dict[tuple[int, float, int], BatchConfig] = field(default_factory=dict, repr=False, compare=False)
+    _rates: dict[tuple[str, tuple[int, ...], BatchConfig], tuple[float, np.ndarray]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         v = self.profile.validation_columns  # numpy columns: no pandas on the simulator's path
@@ -91,6 +95,15 @@ class Application:
 
     def batch_config(self, num_replicas: int, batch_size: int) -> BatchConfig:
         """Fixed-global-batch configuration (artifact `update_local_bsz` with a target batch)."""
+        key = (num_replicas, batch_size, self.max_local_bsz)
+        cfg = self._configs.get(key)
+        if cfg is None:
+            if len(self._configs) > 100_000:  # (a policy that tries every batch size: keep the memo bounded)
+                self._configs.clear()
+            cfg = self._configs[key] = self._batch_config(num_replicas, batch_size)
+        return cfg
+
+    def _batch_config(self, num_replicas: int, batch_size: int) -> BatchConfig:
         local = math.ceil(batch_size / num_replicas - 1e-8)
         accum = math.ceil(local / self.max_local_bsz - 1e-8) - 1
         if num_replicas == 1 and batch_size > self.init_batch_size:
@@ -103,6 +116,20 @@ class Application:
         """Seconds per optimizer step: one synchronised step plus `accumulation` local passes."""
         step, sync = self.model(gpu_type).step_sync(tuple(placement), float(cfg.micro_batch))
         return step + (step - sync) * cfg.accumulation
+
+    def data_parallel_rates(self, gpu_type: str, shape: tuple[int, ...], cfg: BatchConfig) -> tuple[float, np.ndarray]:
+        """(samples/s, progress/s per epoch) of data-parallel training on `shape` GPUs of `gpu_type` (memoised;
+        the array is shared: read it, never write it)."""
+        key = (gpu_type, shape, cfg)
+        r = self._rates.get(key)
+        if r is None:
+            if len(self._rates) > 100_000:
+                self._rates.clear()
+            t_iter = self.iteration_time(gpu_type, shape, cfg)
+            gains = self.efficiency.gains(cfg.global_batch) / t_iter
+            gains.flags.writeable = False
+            r = self._rates[key] = (cfg.global_batch / t_iter, gains)
+        return r
 
     def throughput(self, gpu_type: str, placement: tuple[int, ...], cfg: BatchConfig) -> float:
         """Samples per second."""
