@@ -9,7 +9,7 @@ Each run is a separate process so peak RSS is per run; wall and CPU (process) se
 shared machine the wall time also counts other processes' turns. Run with one BLAS thread:
 `OPENBLAS_NUM_THREADS=1 python benchmarks/sim_speed.py --out DIR` (`--quick`: a reduced scaling series;
 `--full-only`: workload-6 and the four full Philly replays; `--repeat N`: each case N times, the fastest kept and
-every run recorded, each beside a pure-Python yardstick that shows how fast the shared machine was just then).
+every run recorded, each beside a short pure-Python yardstick timed just before it).
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def _one(args: tuple[str, str, str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def yardstick() -> float:
-    """CPU seconds of a fixed pure-Python task (dict and float work, like the simulator's): how fast the machine
-    is at the moment. On a shared machine this moves by a third between hours; it puts a run's figures in
-    context (the same code takes longer when the yardstick does)."""
+    """CPU seconds of a fixed pure-Python task (dict and float work, like the simulator's), ~0.3 s: a rough gauge
+    of how fast the shared machine is just before a run. Its speed moves by a third between hours, and can
+    move within a 10 s replay more than this short task shows, so it is context, not a correction."""
     c = time.process_time()
     d: dict[int, float] = {}
     acc = 0.0
