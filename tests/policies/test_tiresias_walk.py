@@ -5,8 +5,6 @@ in lockstep on real simulations with many preemptions, demotions and loans, roun
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from elastisched.core.cluster import parse_cluster
@@ -108,7 +106,7 @@ def test_reference_is_not_trivially_equal() -> None:
     """The lockstep check can fail: a reference with another threshold disagrees within the run."""
     with pytest.raises(AssertionError):
         models = PerfModels.load()
-        ref: Any = ReferenceTiresias(900.0)
+        ref = ReferenceTiresias(900.0)
 
         def check(snap: ClusterSnapshot, res: RoundResult) -> None:
             assert dict(res.decision.allocations) == ref.schedule(snap).allocations

@@ -3,6 +3,8 @@ pandas to write jobs.csv / timeline.csv)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from elastisched.runner import run_policies, setup
@@ -40,18 +42,26 @@ def test_work_log_tail_expands_to_whole_epochs() -> None:
     entries one per epoch would have given, after the dict's, in epoch order."""
     import numpy as np
 
+    from elastisched.core.types import JobSpec
+    from elastisched.engine.jobstate import JobState
     from elastisched.sim.table import WorkLog
 
     bounds = np.array([0.0, 1.0, 2.5, 4.0, 7.0])
+
+    def tail(gt: str, sh: tuple[int, ...], first: int, last: int, progress: float) -> Any:
+        job = JobState(JobSpec("j", 0.0, "cifar10", 1, 128), None, bounds.tolist(), work_tail=(gt, sh, first, last,
+                                                                                                 progress))
+        return job.tail_entries()
+
     head = {("t4", (2,), 0): 0.75, ("t4", (4,), 0): 0.25}
-    log = WorkLog(head, ("t4", (4,), 1, 4, 1.0), bounds)
+    log = WorkLog(head, tail("t4", (4,), 1, 4, 1.0))
     want = head | {("t4", (4,), 1): 1.5, ("t4", (4,), 2): 1.5, ("t4", (4,), 3): 3.0}
     assert list(log.items()) == list(want.items()) and len(log) == 5
     configs, which, _, _ = log.arrays()
     assert configs == [("t4", (2,)), ("t4", (4,))] and which.tolist() == [0, 1, 1, 1, 1]
     # a tail in a configuration the dict does not have yet is a new one
-    assert list(WorkLog({}, ("a100", (1,), 0, 2, 0.5), bounds).items()) == [(("a100", (1,), 0), 0.5),
-                                                                           (("a100", (1,), 1), 1.5)]
+    assert list(WorkLog({}, tail("a100", (1,), 0, 2, 0.5)).items()) == [(("a100", (1,), 0), 0.5),
+                                                                       (("a100", (1,), 1), 1.5)]
 
 
 def test_finishing_run_logs_every_epoch() -> None:
@@ -74,7 +84,7 @@ def test_finishing_run_logs_every_epoch() -> None:
     job.advance(t_end, finishing=True)
     assert job.work_tail is not None and job.work_tail[2:4] == (mid + 1, len(job.bounds) - 1)
     assert max(e for _, _, e in job.work_by_config) == mid  # the epochs after it are the tail's alone
-    log = WorkLog(job.work_by_config, job.work_tail, job.bounds_arr)
+    log = WorkLog(job.work_by_config, job.tail_entries())
     _, _, epoch, work = log.arrays()
     assert epoch.tolist() == list(range(len(job.bounds) - 1))
     assert np.allclose(work, np.diff(job.bounds_arr)) and abs(work.sum() - job.total) < 1e-9 * job.total

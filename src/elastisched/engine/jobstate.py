@@ -171,7 +171,7 @@ class JobState:
                 self.updated = t
                 self.view = None
                 return
-            # `_did` written out in both loops below: a long job crosses many epochs per call
+            # the work log's update written out in both loops below: a long job crosses many epochs per call
             wbc, gt, sh, bounds = self.work_by_config, self.gpu_type, self.shape, self.bounds
             last = len(bounds) - 1
             if finishing:
@@ -216,9 +216,15 @@ class JobState:
         self.updated = t
         self.view = None
 
-    def _did(self, epoch: int, work: float) -> None:
-        key = (self.gpu_type, self.shape, epoch)
-        self.work_by_config[key] = self.work_by_config.get(key, 0.0) + work
+    def tail_entries(self) -> tuple[tuple[str, tuple[int, ...]], np.ndarray, np.ndarray] | None:
+        """`work_tail` as log entries: ((GPU type, shape), its epochs, the work of each), the very differences
+        the finishing loop of `advance` takes for the epochs before it; None without a tail."""
+        if self.work_tail is None:
+            return None
+        gt, sh, first, last, progress = self.work_tail
+        b = self.bounds_arr
+        return (gt, sh), np.arange(first, last, dtype=np.int64), b[first + 1:last + 1] - np.maximum(progress,
+                                                                                                 b[first:last])
 
     def apply(self, alloc: Allocation, now: float, node_types: Mapping[str, str], restart_cost: float,
               resize_cost: float | None = None, reconfigure_cost: float | None = RECONFIGURE_COST) -> None:

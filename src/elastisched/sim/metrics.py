@@ -186,21 +186,16 @@ def _balanced(g: int, k: int) -> tuple[int, ...]:
     return tuple(g // k + (i < g % k) for i in range(k))
 
 
-def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> dict[str, float]:
-    """The job's JCT decomposition (module docstring); NaN losses when it has no model."""
-    return dict(zip(DECOMPOSITION, _decomposition(j, per_node), strict=True))
-
-
-def _decomposition(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float, ...]:
-    """`decompose`'s values in `DECOMPOSITION` order (a tuple: `collect` makes one per job)."""
+def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float, ...]:
+    """The job's JCT decomposition (module docstring) in `DECOMPOSITION` order; NaN losses when it has no
+    model (a tuple: `collect` makes one per job)."""
     jct = (j.end_time or 0.0) - j.spec.submit_time
     running = j.run_time - j.restart_time
     nan = float("nan")
     app = j.app
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
         return jct - j.run_time, j.restart_time, running, nan, nan, nan
-    log = (j.work_by_config if isinstance(j.work_by_config, WorkLog)
-           else WorkLog(j.work_by_config, j.work_tail, j.bounds_arr))
+    log = j.work_by_config if isinstance(j.work_by_config, WorkLog) else WorkLog(j.work_by_config, j.tail_entries())
     configs, which, epoch, work_done = log.arrays()
     if len(configs) == 1:  # one configuration all along (most jobs): the same divisions, without the masks
         t, shape = configs[0]
@@ -256,7 +251,7 @@ def collect(sim: Simulator, wall: float) -> SimResult:
             max(j.launches - 1, 0), j.preemptions, j.phase(end).value,
             # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
             j.reason or (PendingReason.PRIORITY.value if waited > 0 else ""),
-            *_decomposition(j, per_node), j.restart_gpu_seconds))
+            *decompose(j, per_node), j.restart_gpu_seconds))
     jobs = Rows(cols, rows)
     tl = Rows(["t", "busy_gpus", "total_gpus", "loaned_servers"], sim.timeline)
     jct = jobs.array("jct")

@@ -158,7 +158,7 @@ class Simulator:
         self.pending_views.pop(jid, None)
         self.stale.discard(jid)
         job.rates = None  # a finished job's caches go, its work log and epoch bounds are kept compactly
-        job.work_by_config = WorkLog(job.work_by_config, job.work_tail, job.bounds_arr)  # type: ignore[assignment]
+        job.work_by_config = WorkLog(job.work_by_config, job.tail_entries())  # type: ignore[assignment]
         job.work_tail = None
         job.bounds = job.bounds_arr  # type: ignore[assignment]  # same numbers, 8 bytes each instead of 32
         self.done.append(job)

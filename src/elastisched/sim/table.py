@@ -55,26 +55,23 @@ class WorkLog(Mapping[tuple[str, tuple[int, ...], int], float]):
     __slots__ = ("_configs", "_epoch", "_which", "_work")
 
     def __init__(self, work: Mapping[tuple[str, tuple[int, ...], int], float],
-                 tail: tuple[str, tuple[int, ...], int, int, float] | None = None,
-                 bounds: np.ndarray | None = None) -> None:
+                 tail: tuple[tuple[str, tuple[int, ...]], np.ndarray, np.ndarray] | None = None) -> None:
+        """`work` and, after it, `tail`: ((GPU type, shape), epochs, work per epoch), `JobState.tail_entries`."""
         keys = list(work)
         pairs = list(map(itemgetter(0, 1), keys))
         index = {p: i for i, p in enumerate(dict.fromkeys(pairs))}
         if tail is not None:
-            index.setdefault(tail[:2], len(index))
+            index.setdefault(tail[0], len(index))
         self._configs: list[tuple[str, tuple[int, ...]]] = list(index)
         self._which = (np.zeros(len(keys), dtype=np.int32) if len(index) == 1  # one configuration (most jobs)
                        else np.fromiter(map(index.__getitem__, pairs), dtype=np.int32, count=len(keys)))
         self._epoch = np.fromiter(map(itemgetter(2), keys), dtype=np.int64, count=len(keys))
         self._work = np.fromiter(work.values(), dtype=float, count=len(keys))
-        if tail is not None:  # epochs first..last-1, each done whole: end bound - max(progress, start bound)
-            if bounds is None:
-                raise ValueError("WorkLog: a work tail needs the job's epoch bounds")
-            gt, sh, first, last, progress = tail
-            self._which = np.concatenate([self._which, np.full(last - first, index[gt, sh], dtype=np.int32)])
-            self._epoch = np.concatenate([self._epoch, np.arange(first, last, dtype=np.int64)])
-            self._work = np.concatenate([self._work, bounds[first + 1:last + 1] - np.maximum(progress,
-                                                                                            bounds[first:last])])
+        if tail is not None:
+            config, epochs, done = tail
+            self._which = np.concatenate([self._which, np.full(len(epochs), index[config], dtype=np.int32)])
+            self._epoch = np.concatenate([self._epoch, epochs])
+            self._work = np.concatenate([self._work, done])
 
     def arrays(self) -> tuple[list[tuple[str, tuple[int, ...]]], np.ndarray, np.ndarray, np.ndarray]:
         """(configs, config index per entry, epoch per entry, work per entry), in insertion order."""
