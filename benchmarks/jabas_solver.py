@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from elastisched.models.batch_forecast import next_epoch_trajectory
-from elastisched.models.iidp import IIDPModel
-from elastisched.models.iidp_profiles import derive_cluster_types, load_cluster_info, load_jabas_resnet50
-from elastisched.models.iidp_solver import solve_batch, solve_placement
-from elastisched.models.jabas_autoscale import best_server_set, candidate_server_sets
+from elastisched.models.iidp.profiles import derive_cluster_types, load_cluster_info, load_jabas_resnet50
+from elastisched.models.iidp.release import IIDPModel
+from elastisched.models.iidp.solver import solve_batch, solve_placement
+from elastisched.policies.jabas.autoscale import best_server_set, candidate_server_sets
+from elastisched.policies.jabas.batch_forecast import next_epoch_trajectory
 
 IMAGENET = 1_281_167
 V100 = "Tesla V100-PCIE-16GB"

@@ -24,7 +24,7 @@ import numpy as np
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView, Pool
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import PolicyContext
-from elastisched.policies.lyra import LyraPolicy
+from elastisched.policies.lyra.policy import LyraPolicy
 
 APPS = {"cifar10": 128, "ncf": 256, "bert": 12, "deepspeech2": 20, "yolov3": 8, "imagenet": 200}
 

@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 
 import elastisched.engine.jobstate as jobstate
-import elastisched.policies.ones_deploy as dep
+import elastisched.policies.ones.deploy as dep
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import ClusterSnapshot, Decision, JobPhase
 from elastisched.experiments.ones import DEFAULT_DATA, load_data
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import PolicyContext, make_policy
-from elastisched.policies.ones import OnesPolicy
+from elastisched.policies.ones.policy import OnesPolicy
 from elastisched.sim import SimConfig, simulate
 from elastisched.workloads.ones import load_ones_csv
 

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
-from elastisched.policies import _ones_ops as ops
 from elastisched.policies.base import PolicyContext
-from elastisched.policies.ones import OnesPolicy
+from elastisched.policies.ones import ops
+from elastisched.policies.ones.policy import OnesPolicy
 
 SIZES = ((200, 1024), (100, 512), (400, 2048), (600, 4096), (800, 8192), (1000, 10000))
 

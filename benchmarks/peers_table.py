@@ -49,8 +49,8 @@ def run_cell(suite: str, number: int, policy: str, seed: int, queue: Any) -> Non
         with threadpool_limits(1):
             if suite == "pollux":
                 from elastisched.policies.base import make_policy
-                from elastisched.runner import setup
                 from elastisched.sim import SimConfig, simulate
+                from elastisched.sim.runner import setup
 
                 s = setup(f"pollux:workload-{number}", POLLUX_CLUSTER)
                 t0, c0 = time.perf_counter(), time.process_time()
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
               "total_wall_s": time.perf_counter() - t0}
     (a.out / "peers_table.json").write_text(json.dumps({"config": config, "cells": records}, indent=1))
     (a.out / "peers_table.md").write_text(markdown(records, policies, suites))
-    from elastisched.report.experiment import render_html
+    from elastisched.experiments.writer import render_html
 
     (a.out / "report.html").write_text(render_html(report(records, policies, suites, config)))
     print(f"wrote {a.out / 'peers_table.json'}, {a.out / 'peers_table.md'} and {a.out / 'report.html'}")

@@ -27,8 +27,8 @@ ARTIFACT_SECONDS = 103 * 60  # Pollux artifact, workload-6, one core (peer-data 
 
 def whole_run(max_time: float) -> dict[str, Any]:
     from elastisched.policies.base import make_policy
-    from elastisched.runner import setup
     from elastisched.sim import SimConfig, simulate
+    from elastisched.sim.runner import setup
 
     s = setup("pollux:workload-6", "16x4:t4")
     for app in s.models.apps.values():  # fit the throughput models before timing

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elastisched.sweep import CellResult, expand, make_cells, run_sweep
+from elastisched.sim.sweep import CellResult, expand, make_cells, run_sweep
 
 VOLATILE = {"wall_seconds", "decision_ms_p50", "decision_ms_p99", "decision_ms_max"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from elastisched.cli import app
+from elastisched.cli.main import app
 
 runner = CliRunner()
 

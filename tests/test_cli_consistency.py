@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from elastisched.cli import app
+from elastisched.cli.main import app
 
 
 def _commands() -> dict[str, Any]:
@@ -60,7 +60,7 @@ def test_setup_leaves_no_model_to_build_during_the_runs(monkeypatch: pytest.Monk
     """`wall_seconds` of the first policy used to carry the throughput fits (and swapped with the order of
     --policies): after `setup` no run builds a model, whatever the order."""
     from elastisched.models import throughput
-    from elastisched.runner import run_policies, setup
+    from elastisched.sim.runner import run_policies, setup
 
     s = setup("pollux:workload-3", "16x4:t4")
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-RUN = ("import json, sys\nsys.argv = ['elastisched', *json.loads(sys.argv[1])]\nfrom elastisched.cli import app\n"
+RUN = ("import json, sys\nsys.argv = ['elastisched', *json.loads(sys.argv[1])]\nfrom elastisched.cli.main import app\n"
        "try:\n    app()\nexcept SystemExit:\n    pass\nprint('MODULES=' + json.dumps(sorted(sys.modules)))")
 
 
@@ -51,8 +51,8 @@ def test_plain_values_coerce_as_typer_does() -> None:
     """The shortcut returns what Typer's own (pydantic) coercion returns, for every option of every command."""
     import typer.main
 
-    from elastisched import cli_common
-    from elastisched.cli import app
+    from elastisched.cli import common as cli_common
+    from elastisched.cli.main import app
 
     ctx = typer.Context(typer.main.get_command(app))
     checked = 0

@@ -9,7 +9,7 @@ import pytest
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import Pool
-from elastisched.runner import load_cluster
+from elastisched.sim.runner import load_cluster
 
 
 def test_string_specs() -> None:

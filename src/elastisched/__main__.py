@@ -1,5 +1,5 @@
 """`python -m elastisched` = the `elastisched` command."""
 
-from elastisched.cli import app
+from elastisched.cli.main import app
 
 app()

@@ -22,10 +22,10 @@ from elastisched.experiments.jabas import (
     run_one,
     summarize,
 )
-from elastisched.models.iidp_pollux import PolluxIIDP, iidp_iteration_time
+from elastisched.models.iidp.pollux import PolluxIIDP, iidp_iteration_time
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext, make_policy
-from elastisched.policies.jabas import JabasPolicy, servers_of
+from elastisched.policies.jabas.policy import JabasPolicy, servers_of
 from elastisched.sim import SimConfig, Simulator
 from elastisched.workloads.schema import Workload
 

@@ -11,7 +11,7 @@ import pytest
 from elastisched.core.errors import ConfigError
 from elastisched.experiments.lyra import Lyra, LyraConfig
 from elastisched.experiments.lyra_deepboot import DeepBootConfig, LyraDeepBoot
-from elastisched.report.experiment import write_result
+from elastisched.experiments.writer import write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 from rendering import check_page, checked_figures

@@ -14,7 +14,8 @@ from typing import Any
 import typer
 from typer.testing import CliRunner
 
-from elastisched.cli import app
+from elastisched.cli.main import app
+from elastisched.cli.reproduce import build_command
 from elastisched.experiments.base import (
     Experiment,
     ExperimentResult,
@@ -23,9 +24,8 @@ from elastisched.experiments.base import (
     Verdict,
     registered_experiments,
 )
-from elastisched.report.experiment import decimals, render_table, write_result
+from elastisched.experiments.writer import decimals, render_table, write_result
 from elastisched.report.plots import bar
-from elastisched.reproduce_cli import build_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 from rendering import check_page

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from elastisched.policies._mckp import solve_dp, solve_greedy, solve_reference, upper_bound
+from elastisched.policies.lyra.mckp import solve_dp, solve_greedy, solve_reference, upper_bound
 
 SOLVERS = (solve_reference, solve_dp, solve_greedy)
 

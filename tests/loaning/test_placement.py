@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from elastisched.core.types import NodeView, Pool
-from elastisched.loaning.placement import Want, place
+from elastisched.policies.lyra.placement import Want, place
 
 
 def cluster(train: list[int], loan: list[int], t: str = "t4") -> tuple[NodeView, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from elastisched.models.batch_forecast import (
+from elastisched.policies.jabas.batch_forecast import (
     fit_gp,
     fit_ses,
     forecast_gbs,

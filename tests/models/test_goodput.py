@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from elastisched.models.goodput import (
+from elastisched.policies.pollux.goodput import (
     GoodputFunction,
     PerfParams,
     _objective,

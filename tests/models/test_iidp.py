@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from elastisched.models.iidp import IIDPModel, LinearFit, recommend_weight_sync
-from elastisched.models.iidp_profiles import (
+from elastisched.models.iidp.profiles import (
     derive_cluster_types,
     derive_gpu_type,
     load_cluster_info,
     load_jabas_resnet50,
 )
+from elastisched.models.iidp.release import IIDPModel, LinearFit, recommend_weight_sync
 
 V100 = "Tesla V100-PCIE-16GB"
 P100 = "Tesla P100-PCIE-16GB"
@@ -133,7 +133,7 @@ def test_derived_types_scale_compute():
 
 
 def test_bad_profile_rejected(tmp_path):
-    from elastisched.models.iidp_profiles import load_jabas_profile
+    from elastisched.models.iidp.profiles import load_jabas_profile
 
     with pytest.raises((ValueError, FileNotFoundError)):
         load_jabas_profile(tmp_path)

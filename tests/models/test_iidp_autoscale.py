@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from elastisched.models.iidp import IIDPModel
-from elastisched.models.iidp_profiles import load_cluster_info, load_jabas_resnet50
-from elastisched.models.jabas_autoscale import (
+from elastisched.models.iidp.profiles import load_cluster_info, load_jabas_resnet50
+from elastisched.models.iidp.release import IIDPModel
+from elastisched.policies.jabas.autoscale import (
     best_server_set,
     candidate_server_sets,
     epoch_cost,

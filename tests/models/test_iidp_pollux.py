@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from elastisched.models import PerfModels
-from elastisched.models.iidp_config import IIDPSolver, choose_config
-from elastisched.models.iidp_pollux import PolluxIIDP, iidp_iteration_time
-from elastisched.models.iidp_profiles import ServerSpec
+from elastisched.models.iidp.config import IIDPSolver, choose_config
+from elastisched.models.iidp.pollux import PolluxIIDP, iidp_iteration_time
+from elastisched.models.iidp.profiles import ServerSpec
 
 SIA = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia" / "traces"
 needs_sia = pytest.mark.skipif(not SIA.is_dir() and os.environ.get("CI") != "true", reason="Sia traces not found")
@@ -91,7 +91,7 @@ def test_best_respects_direction_bounds_and_tolerance(sia: PerfModels) -> None:
 
 def test_choose_config_prefers_throughput_within_tolerance() -> None:
     """Shared choice: within ±tolerance the fastest wins; a far GBS only when nothing is near."""
-    from elastisched.models.iidp_config import IIDPConfig
+    from elastisched.models.iidp.config import IIDPConfig
 
     times = {1: 1.0, 2: 0.5, 4: 0.1}  # LBS → iteration time (LBS 4 is the fastest per sample)
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastisched.models.iidp import IIDPModel
-from elastisched.models.iidp_profiles import derive_cluster_types, load_cluster_info, load_jabas_resnet50
-from elastisched.models.iidp_solver import (
+from elastisched.models.iidp.profiles import derive_cluster_types, load_cluster_info, load_jabas_resnet50
+from elastisched.models.iidp.release import IIDPModel
+from elastisched.models.iidp.solver import (
     bottleneck_curve,
     minmax_convolve,
     solve_batch,
@@ -150,8 +150,8 @@ def test_solve_batch_and_64_gpus():
 def test_profile_solver_is_an_iidp_solver(model: IIDPModel, servers) -> None:
     """`ProfileIIDP` answers through the one interface with the release's rules (§7: node0 + node1, GBS 256 →
     LBS 32, 1493.3 samples/s; a move toward a target is strict and on the 2-GPU unit)."""
-    from elastisched.models.iidp_config import IIDPSolver
-    from elastisched.models.iidp_solver import ProfileIIDP
+    from elastisched.models.iidp.config import IIDPSolver
+    from elastisched.models.iidp.solver import ProfileIIDP
 
     two = [servers["node0"], servers["node1"]]
     assert ProfileIIDP(model).best(two, 256) == solve_batch(model, two, 256)  # no tolerance: the release's rule

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import peer_data
-from elastisched.models.online_throughput import OnlineThroughput
-from elastisched.models.progress_predictor import BetaProgressPredictor, features, history_table
+from elastisched.policies.ones.online_throughput import OnlineThroughput
+from elastisched.policies.ones.progress_predictor import BetaProgressPredictor, features, history_table
 
 
 def _synthetic(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -32,7 +32,7 @@ def test_gradient_matches_finite_differences() -> None:
     p.add(x, rho)
     p.fit()
     theta = np.concatenate([p.params["w1"].ravel(), p.params["b1"], p.params["w2"], [float(p.params["b2"])]])
-    from elastisched.models.progress_predictor import HIDDEN, _views
+    from elastisched.policies.ones.progress_predictor import HIDDEN, _views
 
     shapes = {"w1": (5, HIDDEN), "b1": (HIDDEN,), "w2": (HIDDEN,), "b2": ()}
     z = (x - p.mu) / p.sd

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.optimize import check_grad
 
-from elastisched.models.sia_goodput import SiaJobModel, _loss_grad, fit_observed, optimize_batch, sia_configs
 from elastisched.models.throughput import PolluxParams
+from elastisched.policies.sia.goodput import SiaJobModel, _loss_grad, fit_observed, optimize_batch, sia_configs
 
 
 def test_configs_match_the_artifact_tables() -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from elastisched.models.similarity import (
+from elastisched.policies.jabas.similarity import (
     AdaptiveBatchingConfig,
     AdaptiveBatchingState,
     GradStats,

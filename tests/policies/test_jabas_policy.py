@@ -21,16 +21,16 @@ from elastisched.core.types import (
 )
 from elastisched.engine.invariants import check
 from elastisched.models import PerfModels
-from elastisched.models.jabas_autoscale import count_candidates, type_price
-from elastisched.models.similarity import (
+from elastisched.policies.base import PolicyContext
+from elastisched.policies.jabas.autoscale import count_candidates, type_price
+from elastisched.policies.jabas.policy import JabasPolicy, epoch_fraction
+from elastisched.policies.jabas.similarity import (
     AdaptiveBatchingConfig,
     dataset_size,
     expected_cosine_similarity,
     gbs_schedule,
     grad_trace,
 )
-from elastisched.policies.base import PolicyContext
-from elastisched.policies.jabas import JabasPolicy, epoch_fraction
 
 SIA = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia" / "traces"
 # without the peer data these tests skip locally and FAIL under CI=true (the project's rule)

@@ -13,7 +13,7 @@ from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpe
 from elastisched.models import PerfModels
 from elastisched.policies._common import job_model, require_model
 from elastisched.policies.base import PolicyContext, make_policy
-from elastisched.policies.lyra import DEFAULT_DURATION, LyraPolicy
+from elastisched.policies.lyra.policy import DEFAULT_DURATION, LyraPolicy
 
 NODES = (NodeView("a", "t4", 4, index=0), NodeView("b", "t4", 4, index=1))
 

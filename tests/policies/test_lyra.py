@@ -19,7 +19,7 @@ from elastisched.engine import Engine
 from elastisched.engine.invariants import check
 from elastisched.engine.placer import place
 from elastisched.policies.base import PolicyContext, make_policy
-from elastisched.policies.lyra import LyraPolicy
+from elastisched.policies.lyra.policy import LyraPolicy
 
 
 def nodes(train: int, loan: int, gpus: int = 4) -> tuple[NodeView, ...]:

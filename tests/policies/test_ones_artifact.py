@@ -9,10 +9,10 @@ import pytest
 
 from elastisched.core.errors import ConfigError
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
-from elastisched.policies import ones_deploy as dep
-from elastisched.policies._ones_ops import trim_to_caps
-from elastisched.policies.ones import OnesPolicy
-from elastisched.policies.ones_presets import PRESETS
+from elastisched.policies.ones import deploy as dep
+from elastisched.policies.ones.ops import trim_to_caps
+from elastisched.policies.ones.policy import OnesPolicy
+from elastisched.policies.ones.presets import PRESETS
 
 E = -1
 
@@ -71,7 +71,7 @@ def test_no_throughput_limit() -> None:
         pol._observe(jobs[0])
         pol.js["a"].update(max_size=8, last_change=0.0)
     lim = art._caps(jobs, [art.js["a"]], np.array([True]), 64, [], None)  # the artifact passes no limit
-    from elastisched.policies._ones_ops import scaling_limit
+    from elastisched.policies.ones.ops import scaling_limit
     pts = faithful.thr.tables(["a"])
     limited = faithful._caps(jobs, [faithful.js["a"]], np.array([True]), 64, [], scaling_limit(*pts))
     # by hand: 8 >= max_size 8 and the gate is open, so max_size doubles to 16 and the cap is min(16, 4*4) = 16;
@@ -135,7 +135,7 @@ def test_refresh_keeps_the_first_gene_of_a_cap_0_job() -> None:
     assert trim_to_caps(pop, caps, keep_first=True).tolist() == [[0, E, 1, E, E, 2, E, E]]
     assert trim_to_caps(pop, caps).tolist() == [[0, E, E, E, E, 2, E, E]]
     # crossover still trims a cap-0 job away entirely (the artifact checks the cap before the first gene there)
-    from elastisched.policies._ones_ops import crossover
+    from elastisched.policies.ones.ops import crossover
     c1, _ = crossover(pop, pop, caps, np.random.default_rng(0), 0.5)
     assert 1 not in c1
 

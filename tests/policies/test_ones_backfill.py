@@ -1,4 +1,4 @@
-"""The tuned preset's work-conserving admission (src/elastisched/policies/ones_backfill.py, docs/ones.md D12)."""
+"""The tuned preset's work-conserving admission (src/elastisched/policies/ones/backfill.py, docs/ones.md D12)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import ClusterSnapshot, Decision
-from elastisched.policies import ones_backfill as bf
 from elastisched.policies.base import PolicyContext
-from elastisched.policies.ones import OnesPolicy
+from elastisched.policies.ones import backfill as bf
+from elastisched.policies.ones.policy import OnesPolicy
 from elastisched.workloads import load_workload
 from elastisched.workloads.schema import Workload
 
@@ -81,7 +81,7 @@ def test_tuned_leaves_no_gpu_idle_while_a_pollux_job_waits(models: Any) -> None:
 def test_hold_free_factor_applies_per_job() -> None:
     """D13: the growth hold takes one factor per job, so jobs without a progress log (`hold_free`) may grow on a
     smaller predicted gain than jobs with one (`hold_factor`)."""
-    from elastisched.policies import ones_deploy as dep
+    from elastisched.policies.ones import deploy as dep
 
     cur = np.array([0, 0, E, E, 1, 1, E, E])
     best = np.array([0, 0, 0, 0, 1, 1, 1, 1])  # both grow 2 -> 4 in place

@@ -1,4 +1,4 @@
-"""Hand-checked cases for the tuned preset's completion-time fitness (src/elastisched/policies/ones_jct.py, D5)."""
+"""Hand-checked cases for the tuned preset's completion-time fitness (src/elastisched/policies/ones/jct.py, D5)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
-from elastisched.policies import ones_deploy as dep
-from elastisched.policies import ones_jct as jct
 from elastisched.policies.base import PolicyContext
-from elastisched.policies.ones import OnesPolicy
+from elastisched.policies.ones import deploy as dep
+from elastisched.policies.ones import jct
+from elastisched.policies.ones.policy import OnesPolicy
 
 
 def test_time_table_uses_predictions_and_the_attained_service_prior() -> None:
@@ -98,7 +98,7 @@ def test_admit_whole_starts_whole_jobs_and_backfills() -> None:
 
 
 def test_pack_moves_a_straddling_start_onto_one_node() -> None:
-    from elastisched.policies.ones_layout import pack
+    from elastisched.policies.ones.layout import pack
 
     node_of = np.repeat(np.arange(3), 4)
     e = -1

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 import peer_data
-from elastisched.models.ones_history import folded_history, held_out_error, run_key
-from elastisched.policies import ones_predict
-from elastisched.policies.ones import OnesPolicy
+from elastisched.policies.ones import predict as ones_predict
+from elastisched.policies.ones.history import folded_history, held_out_error, run_key
+from elastisched.policies.ones.policy import OnesPolicy
 
 needs_data = peer_data.needs("ones", "traces", "job_history.csv")
 
@@ -36,7 +36,7 @@ def test_folds_split_by_run_and_train_excludes_the_fold() -> None:
 
 
 def test_a_finished_job_teaches_only_the_other_fold() -> None:
-    from elastisched.models.progress_predictor import BetaProgressPredictor
+    from elastisched.policies.ones.progress_predictor import BetaProgressPredictor
     preds = [BetaProgressPredictor(), BetaProgressPredictor()]
     st = {"log": [([5.0, 2.0, 1.0, 0.2, 0.3], 100.0)], "epoch_size": 100, "total_epochs": 4.0, "fold": 1}
     ones_predict.learn(preds, st, refit=False)

@@ -1,12 +1,12 @@
-"""Hand-checked cases for the ONES search operators (src/elastisched/policies/_ones_ops.py, ones.md §2.6–§2.8)."""
+"""Hand-checked cases for the ONES search operators (src/elastisched/policies/ones/ops.py, ones.md §2.6–§2.8)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from elastisched.models.online_throughput import EPS_THROUGHPUT, interp_throughput
-from elastisched.policies import _ones_ops as ops
+from elastisched.policies.ones import ops
+from elastisched.policies.ones.online_throughput import EPS_THROUGHPUT, interp_throughput
 
 E = ops.EMPTY
 

@@ -16,12 +16,12 @@ from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView
 from elastisched.engine.invariants import check
 from elastisched.engine.placer import place
-from elastisched.models.progress_predictor import history_table
-from elastisched.policies._ones_ops import defer as _defer
 from elastisched.policies.base import PolicyContext
-from elastisched.policies.ones import HISTORY_OPTION, OnesPolicy, job_batch
-from elastisched.policies.ones_limits import big_jobs
-from elastisched.policies.ones_predict import remaining
+from elastisched.policies.ones.limits import big_jobs
+from elastisched.policies.ones.ops import defer as _defer
+from elastisched.policies.ones.policy import HISTORY_OPTION, OnesPolicy, job_batch
+from elastisched.policies.ones.predict import remaining
+from elastisched.policies.ones.progress_predictor import history_table
 
 E = -1
 HISTORY_PATH = peer_data.ONES_HISTORY

@@ -12,9 +12,9 @@ import pytest
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobPhase, JobSpec, JobView, PendingReason
-from elastisched.models.pollux_ga import AllocationProblem, crowding, nondominated_rank, search
 from elastisched.policies.base import PolicyContext, make_policy
-from elastisched.policies.pollux import NCF_BATCH, PolluxPolicy
+from elastisched.policies.pollux.ga import AllocationProblem, crowding, nondominated_rank, search
+from elastisched.policies.pollux.policy import NCF_BATCH, PolluxPolicy
 from elastisched.sim import SimConfig, simulate
 from elastisched.workloads import Workload, load_workload
 

@@ -16,7 +16,7 @@ from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView, PendingReason
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import PolicyContext, make_policy
-from elastisched.policies.sia import GOODPUT_CLIP, ZERO_ALLOC_GAIN, SiaPolicy, _Layout
+from elastisched.policies.sia.policy import GOODPUT_CLIP, ZERO_ALLOC_GAIN, SiaPolicy, _Layout
 from elastisched.sim import SimConfig
 
 SIA_ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia"

@@ -21,7 +21,7 @@ REPORTS = {
 
 @pytest.mark.parametrize("name", list(REPORTS))
 def test_report_renders(tmp_path: Path, name: str) -> None:
-    from elastisched.cli import app
+    from elastisched.cli.main import app
 
     out = tmp_path / name
     with checked_figures() as problems:
@@ -83,7 +83,7 @@ def _reproduce_args(name: str, tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize("name", ["lyra-deepboot", "jabas", "pollux-policy", "sia"])
 def test_reproduce_report_renders(tmp_path: Path, name: str) -> None:
-    from elastisched.cli import app
+    from elastisched.cli.main import app
 
     args = _reproduce_args(name, tmp_path)
     out = tmp_path / name

@@ -23,7 +23,7 @@ def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProc]:
 
 
 def _cli(svc: ServiceProc, *args: str) -> str:
-    from elastisched.cli import app
+    from elastisched.cli.main import app
 
     r = CliRunner().invoke(app, list(args), env={"ELASTISCHED_SERVER": svc.url, "ELASTISCHED_TOKEN": TOKEN})
     assert r.exit_code == 0, r.output

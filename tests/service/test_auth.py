@@ -23,7 +23,7 @@ ENV_SCRIPT = "import os\nprint('TOKEN=' + repr(os.environ.get('ELASTISCHED_TOKEN
 
 
 def _cli(*args: str) -> str:
-    from elastisched.cli import app
+    from elastisched.cli.main import app
 
     r = CliRunner().invoke(app, list(args))
     assert r.exit_code == 0, r.output

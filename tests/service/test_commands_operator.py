@@ -18,7 +18,7 @@ import pytest
 from _svc_helpers import FAKE, ROOT, TOKEN, free_port, wait_for
 from typer.testing import CliRunner
 
-from elastisched.cli import app
+from elastisched.cli.main import app
 from elastisched.service.reasons import EXPLAIN
 
 runner = CliRunner()
@@ -31,7 +31,7 @@ def _serve(tmp: Path, env_token: str | None) -> tuple[subprocess.Popen[str], lis
     if env_token is not None:
         env["ELASTISCHED_TOKEN"] = env_token
     exe = Path(sys.executable).with_name("elastisched")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from elastisched.cli import app; app()"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from elastisched.cli.main import app; app()"]
     proc = subprocess.Popen([*cmd, "serve", "--workdir", str(tmp / "w"), "--port", str(port), "--cluster", "1x1:cpu",
                              "--scripts-dir", str(ROOT), "--grace", "2"], env=env, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
@@ -137,7 +137,7 @@ def test_logs_on_a_pending_job_says_it_is_pending_and_why(svc: Any) -> None:
     assert r.exit_code == 0 and '"start": true' in r.output and "pending" not in r.output, r.output
     # -f on the pending job: says so, follows, and ends (exit 0) when the job does
     exe = Path(sys.executable).with_name("elastisched")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from elastisched.cli import app; app()"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from elastisched.cli.main import app; app()"]
     follow = subprocess.Popen([*cmd, "logs", wait, "-f", "--server", svc.url], env=os.environ | env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert follow.stderr is not None

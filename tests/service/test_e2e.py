@@ -176,7 +176,8 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     assert [(r["state"], r["nodes"]) for r in reclaims] == [("DONE", [loan_node])]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("elastisched.policies.pollux") is None, reason="pollux not available")
+@pytest.mark.skipif(importlib.util.find_spec("elastisched.policies.pollux.policy") is None,
+                    reason="pollux not available")
 def test_pollux_job_changes_its_batch_from_its_gradient_statistics(service_factory: Any, tmp_path: Path) -> None:
     """Issue 14's live must-show. The chain: the training library's statistics hints (hints.jsonl: grad_sqr,
     grad_var, throughput) → the backend's JobHints → the daemon's LiveJobs → JobView.grad_stats → pollux's

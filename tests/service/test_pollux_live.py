@@ -12,8 +12,8 @@ import pytest
 
 from elastisched.backends.base import JobHints, JobStarted
 from elastisched.core.cluster import parse_cluster
-from elastisched.models.goodput import GoodputFunction
-from elastisched.policies.pollux import PolluxPolicy
+from elastisched.policies.pollux.goodput import GoodputFunction
+from elastisched.policies.pollux.policy import PolluxPolicy
 from elastisched.service.daemon import Service
 from elastisched.service.store import Store
 

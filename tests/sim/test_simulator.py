@@ -99,7 +99,7 @@ def test_deterministic_across_processes(tmp_path: Path) -> None:
     for hs in ("1", "2", "3"):
         out = tmp_path / hs
         env = {**os.environ, "PYTHONHASHSEED": hs}
-        subprocess.run([sys.executable, "-m", "elastisched.cli", "sim", "run", "-w", str(trace), "-p", "fifo",
+        subprocess.run([sys.executable, "-m", "elastisched.cli.main", "sim", "run", "-w", str(trace), "-p", "fifo",
                         "--cluster", "1x4:t4", "--out", str(out)], check=True, env=env, capture_output=True,
                        timeout=300)
         outs.append((out / "jobs.csv").read_text())

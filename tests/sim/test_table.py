@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from elastisched.runner import run_policies, setup
+from elastisched.sim.runner import run_policies, setup
 from elastisched.sim.table import Rows
 
 

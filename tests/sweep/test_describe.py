@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from elastisched.core.cluster import parse_cluster
-from elastisched.describe import describe
 from elastisched.models import PerfModels
 from elastisched.workloads import load_workload
+from elastisched.workloads.describe import describe
 
 PEER = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data"
 
@@ -42,7 +42,7 @@ def test_raw_trace_durations_are_the_traced_ones(tmp_path: Path, models: PerfMod
 @pytest.mark.parametrize("trace", ["pollux:workload-1", "philly:sample=3000,seed=1",
                                    "sia/workloads/saturn/workload-1.csv", "deepboot/workload/small.csv"])
 def test_describe_command_writes_report(tmp_path: Path, trace: str) -> None:
-    from elastisched.cli import app
+    from elastisched.cli.main import app
 
     if "/" in trace:
         path = PEER / trace

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from elastisched.core.errors import ConfigError
-from elastisched.plan import cluster_specs, knee
+from elastisched.sim.plan import cluster_specs, knee
 
 
 def test_knee_is_the_point_farthest_below_the_chord() -> None:
@@ -26,7 +26,7 @@ def test_cluster_specs_whole_nodes() -> None:
 
 
 def test_plan_command_answers_and_writes_the_report(tmp_path: Path) -> None:
-    from elastisched.cli import app
+    from elastisched.cli.main import app
 
     out = tmp_path / "plan"
     res = CliRunner().invoke(app, ["plan", "-w", "synthetic:num_jobs=40,rate=30,seed=2", "--cluster-sizes",

@@ -11,7 +11,7 @@ import pytest
 
 from elastisched.core.errors import ConfigError
 from elastisched.report.sweep import write_sweep
-from elastisched.sweep import aggregate, expand, make_cells, parse_seeds, run_sweep
+from elastisched.sim.sweep import aggregate, expand, make_cells, parse_seeds, run_sweep
 
 WL = "synthetic:num_jobs=24,seed=3"
 VOLATILE = {"wall_seconds", "decision_ms_p50", "decision_ms_p99", "decision_ms_max"}

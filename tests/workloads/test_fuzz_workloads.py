@@ -34,14 +34,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from elastisched.cli import app
+from elastisched.cli.main import app
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError, WorkloadError
 from elastisched.core.types import NodeView
 from elastisched.models import PerfModels
 from elastisched.policies.base import make_policy
-from elastisched.runner import load_cluster
 from elastisched.sim import SimConfig, simulate
+from elastisched.sim.runner import load_cluster
 from elastisched.workloads import Workload, load_workload
 from elastisched.workloads.gavel import load_gavel_tsv
 from elastisched.workloads.ones import history_runs, load_ones_csv

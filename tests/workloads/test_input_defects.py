@@ -15,8 +15,8 @@ from elastisched.core.errors import ConfigError, WorkloadError
 from elastisched.core.types import JobSpec
 from elastisched.models import PerfModels
 from elastisched.policies.base import make_policy
-from elastisched.runner import load_cluster
 from elastisched.sim import simulate
+from elastisched.sim.runner import load_cluster
 from elastisched.workloads import load_workload
 from elastisched.workloads.schema import Workload
 from elastisched.workloads.traces import load_raw_trace

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elastisched.core.errors import ConfigError
-from elastisched.runner import setup
+from elastisched.sim.runner import setup
 from elastisched.workloads.schema import FIELDS, GPUS, LR, SEED, parse_number
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"

@@ -28,7 +28,7 @@ import numpy as np
 
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, JobSpec, JobView
 from elastisched.models.application import Application, BatchConfig
-from elastisched.models.iidp_pollux import iidp_iteration_time
+from elastisched.models.iidp.pollux import iidp_iteration_time
 
 INF = float("inf")
 # A change of batch size / local batch / accumulation on the very same GPUs is applied in place by the

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from elastisched.core.events import Action, ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId
 from elastisched.engine.invariants import check
+from elastisched.engine.overrides import Reclaim, choose_returned, vacate
 from elastisched.engine.placer import Changes, place_changes
-from elastisched.engine.reclaim import Reclaim, choose_returned, vacate
 from elastisched.policies.base import Policy, PolicyContext
 
 

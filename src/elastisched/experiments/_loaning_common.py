@@ -13,8 +13,8 @@ from elastisched.core.types import NodeView, Pool
 from elastisched.experiments.base import ProgressFactory, Table
 from elastisched.loaning.timeline import LoanPlan
 from elastisched.models.registry import PerfModels
-from elastisched.policies import lyra as _lyra_policy  # noqa: F401  (registers "lyra" for make_policy)
 from elastisched.policies.base import Policy, make_policy
+from elastisched.policies.lyra import policy as _lyra_policy  # noqa: F401  (registers "lyra" for make_policy)
 from elastisched.sim import LoanTimeline, SimConfig, SimResult, simulate
 from elastisched.workloads.schema import Workload
 

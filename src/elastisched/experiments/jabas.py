@@ -42,12 +42,12 @@ from elastisched.experiments.base import (
     register_experiment,
 )
 from elastisched.models.application import POLLUX_EPOCHS, Application
-from elastisched.models.iidp_profiles import ServerSpec
-from elastisched.models.jabas_autoscale import GPU_TFLOPS, type_price
+from elastisched.models.iidp.profiles import ServerSpec
 from elastisched.models.profiles import load_pollux_bundled, load_sia, merge
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
-from elastisched.policies.jabas import JabasPolicy
+from elastisched.policies.jabas.autoscale import GPU_TFLOPS, type_price
+from elastisched.policies.jabas.policy import JabasPolicy
 from elastisched.sim import SimConfig, Simulator
 from elastisched.workloads.schema import Workload
 
@@ -145,7 +145,7 @@ def cluster_for(app: Application) -> tuple[NodeView, ...]:
 
 def fastest_type(app: Application, nodes: Sequence[NodeView]) -> str:
     """GPU type whose servers give the best even-split throughput at a mid-range GBS (issue 5's (c))."""
-    from elastisched.models.iidp_pollux import PolluxIIDP
+    from elastisched.models.iidp.pollux import PolluxIIDP
 
     solver, gbs = PolluxIIDP(app), (app.init_batch_size * app.max_batch_size) ** 0.5
     types = sorted({n.gpu_type for n in nodes})

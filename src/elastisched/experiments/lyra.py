@@ -52,10 +52,10 @@ from elastisched.experiments.base import (
 )
 from elastisched.experiments.lyra_deepboot import DeepBootConfig, deepboot_compare, jct_table
 from elastisched.loaning.demand import DAY, diurnal, low_stretches
-from elastisched.loaning.reclaim import METHODS
 from elastisched.loaning.timeline import LoanPlan, loan_plan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, make_policy
+from elastisched.policies.lyra.reclaim import METHODS
 from elastisched.report.loan_figures import fig_cdfs, fig_loans
 from elastisched.sim import SimResult
 from elastisched.workloads.schema import Workload

@@ -13,7 +13,7 @@ code does not measure that cost, so we use 8 s, the cold-start rescale downtime 
 measured (docs/train.md "Benchmarks"; the artifact launches fresh workers on scale-out, it has no warm pool),
 with our warm-pool figure as a sensitivity run in docs/ones.md.
 
-`ones` runs the "tuned" preset with `ones_options` on top (`policies/ones_presets.py`, docs/ones.md
+`ones` runs the "tuned" preset with `ones_options` on top (`policies/ones/presets.py`, docs/ones.md
 "Presets"); the rows `ones-artifact` and `ones-faithful` run those presets beside it.
 
 Data: `--data` (default `../shared/peer-data/ones`, relative to the working directory) holds the artifact's
@@ -47,10 +47,10 @@ from elastisched.experiments.base import (
 )
 from elastisched.experiments.pollux_fidelity import reference
 from elastisched.models.application import packed_shape
-from elastisched.models.ones_history import FoldedHistory, folded_history, held_out_error
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, make_policy
-from elastisched.policies.ones import OnesPolicy, job_batch
+from elastisched.policies.ones.history import FoldedHistory, folded_history, held_out_error
+from elastisched.policies.ones.policy import OnesPolicy, job_batch
 from elastisched.report.plots import _png, plt
 from elastisched.sim import SimConfig, SimResult, simulate
 from elastisched.workloads import load_workload

@@ -27,7 +27,7 @@ from elastisched.experiments.base import (
     Verdict,
     register_experiment,
 )
-from elastisched.policies.pollux import PATIENCE
+from elastisched.policies.pollux.policy import PATIENCE
 
 WORKLOADS = tuple(f"workload-{i}" for i in range(1, 9))
 BARS = {"mean": 0.05, "workload": 0.10, "other_load": 0.10}
@@ -58,8 +58,8 @@ def workload_path(peer: Path, load: str, name: str) -> Path:
 def run_one(args: tuple[str, str, int, str, int, int, int | None]) -> dict[str, Any]:
     """One simulation (a process-pool task): our pollux on one workload file, one seed."""
     from elastisched.policies.base import make_policy
-    from elastisched.runner import setup
     from elastisched.sim import SimConfig, simulate
+    from elastisched.sim.runner import setup
 
     path, cluster, seed, name, generations, pop, patience = args
     s = setup(path, cluster)

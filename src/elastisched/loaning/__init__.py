@@ -2,15 +2,14 @@
 
 - `demand`: inference demand over time (seeded diurnal generator, CSV `time,busy_servers`, DeepBoot rows);
 - `timeline`: demand → loanable-server timeline (`LoanPlan`, with headroom and a reclaim notice period);
-- `reclaim`: which loaned servers to return (Lyra greedy, DeepBoot's rule, random, exact MILP);
-- `placement`: loan-aware best-fit-decreasing placement used by the `lyra` policy.
+
+Which loaned servers to return on a reclaim, and the loan-aware placement, are Lyra's own decisions and live in
+its wing (`policies/lyra/reclaim.py`, `policies/lyra/placement.py`).
 
 Pure parts only: the experiments that use them (`reproduce lyra`, `lyra-deepboot`) live in `experiments/`.
 """
 
 from elastisched.loaning.demand import DemandSeries, diurnal, from_csv, from_inference_tasks, low_stretches
-from elastisched.loaning.reclaim import METHODS, Holding, ReclaimChoice, choose, evaluate, holdings_from_snapshot
 from elastisched.loaning.timeline import LoanPlan, loan_plan
 
-__all__ = ["METHODS", "DemandSeries", "Holding", "LoanPlan", "ReclaimChoice", "choose", "diurnal", "evaluate",
-           "from_csv", "from_inference_tasks", "holdings_from_snapshot", "loan_plan", "low_stretches"]
+__all__ = ["DemandSeries", "LoanPlan", "diurnal", "from_csv", "from_inference_tasks", "loan_plan", "low_stretches"]

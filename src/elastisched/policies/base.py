@@ -85,8 +85,8 @@ _ALL_LOADED: list[bool] = []
 
 
 def _load_builtin() -> None:
-    """Import every module of the package (once): each built-in policy registers itself (discovery, not a
-    dependency)."""
+    """Import every module of the package and of its wings (once): each built-in policy registers itself
+    (discovery, not a dependency)."""
     if _ALL_LOADED:
         return
     import importlib
@@ -94,9 +94,10 @@ def _load_builtin() -> None:
 
     import elastisched.policies as pkg
 
-    for m in pkgutil.iter_modules(pkg.__path__):
-        if not m.name.startswith("_") and m.name != "base":
-            importlib.import_module(f"{pkg.__name__}.{m.name}")
+    for m in pkgutil.walk_packages(pkg.__path__, prefix=f"{pkg.__name__}."):
+        leaf = m.name.rpartition(".")[2]
+        if not m.ispkg and not leaf.startswith("_") and m.name != f"{pkg.__name__}.base":
+            importlib.import_module(m.name)
     _ALL_LOADED.append(True)
 
 

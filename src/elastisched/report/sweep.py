@@ -12,7 +12,7 @@ from typing import Any
 
 from elastisched.report import html
 from elastisched.report.compare import write_files
-from elastisched.sweep import METRICS, CellResult, aggregate, cell_rows
+from elastisched.sim.sweep import METRICS, CellResult, aggregate, cell_rows
 
 
 def _csv(rows: Sequence[Mapping[str, Any]]) -> str:

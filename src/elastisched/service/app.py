@@ -4,7 +4,7 @@ page (`/`, which holds no data and calls the API with the token the user gives i
 Handlers only validate, write the request to the store and wake the engine loop; the loop acts. Who may do what
 (service/auth.py): a user sees and acts on its own jobs (another user's job is a 404, as if absent); an admin
 sees and acts on all of them and alone reaches loans and reclaims. Input is bounded field by field
-(service/schemas.py), so a bad request is a 4xx naming the field, never a 500. A job's script must resolve
+(service/api_models.py), so a bad request is a 4xx naming the field, never a 500. A job's script must resolve
 inside the allowed directory: the service runs it as its own user. The OpenAPI schema is served to
 authenticated clients at /v1/openapi.json; /docs and /redoc are off.
 """
@@ -26,12 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from elastisched.service.auth import TOKEN_RE, Authenticator, Principal
-from elastisched.service.daemon import Service
-from elastisched.service.dashapi import add_routes
-from elastisched.service.logstream import Follows
-from elastisched.service.schema import LEGACY_STATES
-from elastisched.service.schemas import (
+from elastisched.service.api_models import (
     JOB_ID,
     BodyTooLarge,
     LoanRequest,
@@ -42,7 +37,12 @@ from elastisched.service.schemas import (
     guard,
     validation_error,
 )
+from elastisched.service.auth import TOKEN_RE, Authenticator, Principal
+from elastisched.service.daemon import Service
+from elastisched.service.dashapi import add_routes
+from elastisched.service.logstream import Follows
 from elastisched.service.store import ACTIVE, TERMINAL, AmbiguousId
+from elastisched.service.tables import LEGACY_STATES
 
 DASHBOARD = (resources.files("elastisched.service") / "dashboard.html").read_text(encoding="utf-8")
 STATES = (*ACTIVE, *TERMINAL)

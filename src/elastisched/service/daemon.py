@@ -31,11 +31,11 @@ from elastisched.core.types import (
     Pool,
 )
 from elastisched.engine.loop import Engine, RoundResult
-from elastisched.engine.reclaim import admin_resize
+from elastisched.engine.overrides import admin_resize
 from elastisched.models.application import Application
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.service.launches import Launches, in_place
-from elastisched.service.progress import LiveJobs
+from elastisched.service.live_jobs import LiveJobs
 from elastisched.service.store import TERMINAL, Store
 from elastisched.service.submission import job_spec, placement, policy_named, stored_reason
 

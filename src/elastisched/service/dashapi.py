@@ -20,10 +20,10 @@ from fastapi import Depends, FastAPI, HTTPException, Query, status
 from fastapi import Path as PathParam
 from sqlalchemy import func, or_, select
 
+from elastisched.service.api_models import JOB_ID
 from elastisched.service.auth import Principal
 from elastisched.service.daemon import Service
 from elastisched.service.reasons import EXPLAIN
-from elastisched.service.schemas import JOB_ID
 from elastisched.service.store import AmbiguousId, Store, events, generations, jobs, loans
 
 Interval = tuple[float, float, float]  # start, end, GPUs

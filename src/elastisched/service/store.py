@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from elastisched.service.schema import (
+from elastisched.service.tables import (
     ACTIVE,
     LEGACY_STATES,
     TERMINAL,

@@ -9,7 +9,7 @@ from typing import Any
 
 from elastisched.core.errors import UnknownPolicyError
 from elastisched.core.types import JobSpec, PendingReason
-from elastisched.engine.reclaim import pin
+from elastisched.engine.overrides import pin
 from elastisched.policies.base import Policy, make_policy
 
 

@@ -36,7 +36,7 @@ from elastisched.core.events import ActionKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
 from elastisched.engine.jobstate import INF, RECONFIGURE_COST, JobState, new_state
 from elastisched.engine.loop import Engine, RoundResult
-from elastisched.engine.reclaim import admin_resize, pin
+from elastisched.engine.overrides import admin_resize, pin
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.metrics import SimResult, collect

@@ -1,0 +1,1 @@
+"""The `elastisched` command (Typer): `main` builds the app, one module per command group."""

@@ -1,0 +1,5 @@
+"""`python -m elastisched.cli`."""
+
+from elastisched.cli.main import app
+
+app()

@@ -1,1 +1,0 @@
-"""policies/_placement."""
