@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+import elastisched.sim as sim
 from elastisched.core.errors import ConfigError, WorkloadError
 from elastisched.loaning.demand import DAY, DemandSeries, diurnal, from_csv, from_inference_tasks, low_stretches
-from elastisched.loaning.timeline import loan_plan
+from elastisched.loaning.timeline import LoanPlan, loan_plan
+from elastisched.sim.simulator import SimConfig
 from elastisched.workloads.schema import InferenceTask
 
 
@@ -93,3 +95,12 @@ def test_inference_tasks_overhead_and_one_gpu_per_task() -> None:
     assert [plain.at(t) for t in (1.0, 5.0, 21.0, 25.0)] == [2, 0, 1, 0]  # num_replicas 3 capped at 2 servers
     with pytest.raises(ConfigError):
         from_inference_tasks(tasks, servers=2, overhead=-1.0)
+
+
+def test_the_loan_plan_is_the_one_timeline_the_simulator_takes() -> None:
+    assert not hasattr(sim, "LoanTimeline") and not hasattr(sim.simulator, "LoanTimeline")  # one class, in loaning/
+    d = DemandSeries((0.0, 100.0), (0, 4), servers=4)
+    plan = loan_plan(d, gpus_per_server=2)
+    assert SimConfig(loans=plan).loans is plan and plan.servers == 4 and plan.max_servers == 4
+    hand = LoanPlan(((0.0, 1), (600.0, 0)), "t4", 2)  # a hand-written timeline: shape positional, no demand
+    assert (hand.gpus_per_server, hand.servers, hand.at(300.0), hand.reclaims()) == (2, 0, 1, [(600.0, 1)])

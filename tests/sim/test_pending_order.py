@@ -9,13 +9,14 @@ import dataclasses
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import ClusterSnapshot, JobSpec
 from elastisched.engine.loop import RoundResult
+from elastisched.loaning.timeline import LoanPlan
 from elastisched.models import PerfModels
 from elastisched.policies.base import PolicyContext, make_policy
-from elastisched.sim import LoanTimeline, SimConfig, simulate
+from elastisched.sim import SimConfig, simulate
 from elastisched.workloads.schema import Workload
 
 
-def _check(name: str, models: PerfModels, loans: LoanTimeline | None, jobs: list[JobSpec], cluster: str) -> int:
+def _check(name: str, models: PerfModels, loans: LoanPlan | None, jobs: list[JobSpec], cluster: str) -> int:
     checked = [0]
     stopped = [0]
     twin = make_policy(name)  # decides from the derived pending jobs (no `pending` in the snapshot)
@@ -39,7 +40,7 @@ def _check(name: str, models: PerfModels, loans: LoanTimeline | None, jobs: list
 def test_fifo_after_reclaim(models: PerfModels) -> None:
     # j1, j2, j4, j5 run on loaned servers and are stopped at 600 s while j6 and j7, younger, wait
     jobs = [JobSpec(f"j{i}", 10.0 * i, "ncf", 1, 256, work_scale=2.0) for i in range(8)]
-    loans = LoanTimeline(((0.0, 2), (600.0, 0), (1200.0, 2)), "t4", 2)
+    loans = LoanPlan(((0.0, 2), (600.0, 0), (1200.0, 2)), "t4", 2)
     assert _check("fifo", models, loans, jobs, "1x2:t4") >= 4
 
 

@@ -11,9 +11,10 @@ import pytest
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec
+from elastisched.loaning.timeline import LoanPlan
 from elastisched.models import PerfModels
 from elastisched.policies.base import Policy, PolicyContext, make_policy
-from elastisched.sim import LoanTimeline, SimConfig, simulate
+from elastisched.sim import SimConfig, simulate
 from elastisched.sim.simulator import Simulator
 from elastisched.workloads.schema import Workload
 
@@ -76,7 +77,7 @@ def test_preemption_keeps_progress_and_demotes(models: PerfModels) -> None:
 
 def test_loan_reclaim_preempts_jobs_on_returned_servers(models: PerfModels) -> None:
     jobs = [JobSpec(f"j{i}", 0.0, "ncf", 1, 256, work_scale=0.5) for i in range(3)]
-    loans = LoanTimeline(((0.0, 1), (600.0, 0)), "t4", 2)
+    loans = LoanPlan(((0.0, 1), (600.0, 0)), "t4", 2)
     r = simulate(wl(*jobs), make_policy("fifo"), parse_cluster("1x1:t4"), models, SimConfig(loans=loans))
     assert r.summary["n_finished"] == 3
     assert r.reclaims and r.reclaims[0]["time"] == 600.0 and r.reclaims[0]["preempted"] >= 1
@@ -146,7 +147,7 @@ def test_move_onto_returned_server_never_overcommits(models: PerfModels) -> None
     x = JobSpec("x", 0.0, "cifar10", 2, 512, min_gpus=2, max_gpus=2)
     y = JobSpec("y", 50.0, "cifar10", 4, 512, min_gpus=4, max_gpus=4)
     sim = Simulator(wl(x, y), _MoveToReturnedServer(), parse_cluster("1x4:t4"), models,
-                    SimConfig(loans=LoanTimeline(((0.0, 1), (100.0, 0)))))
+                    SimConfig(loans=LoanPlan(((0.0, 1), (100.0, 0)))))
     r = sim.run()
     assert (r.timeline["busy_gpus"] <= r.timeline["total_gpus"]).all()
     assert r.jobs.set_index("job").loc["x", "preemptions"] >= 1  # x gave up the node it was on
@@ -162,12 +163,12 @@ def test_max_time_stops_rounds_too(models: PerfModels) -> None:
 def test_rounds_return_to_the_grid_and_same_time_loan_steps(models: PerfModels) -> None:
     spec = JobSpec("a", 0.0, "cifar10", 1, 128, work_scale=0.2)
     sim = Simulator(wl(spec), make_policy("optimus"), parse_cluster("1x4:t4"), models,
-                    SimConfig(loans=LoanTimeline(((0.0, 1), (95.0, 0)))))
+                    SimConfig(loans=LoanPlan(((0.0, 1), (95.0, 0)))))
     sim.run()
     times = [t for t, *_ in sim.timeline]
     assert 95.0 in times and all(t % 60 == 0 for t in times if t != 95.0)
     sim = Simulator(wl(spec), make_policy("fifo"), parse_cluster("1x4:t4"), models,
-                    SimConfig(loans=LoanTimeline(((0.0, 2), (100.0, 1), (100.0, 1)))))
+                    SimConfig(loans=LoanPlan(((0.0, 2), (100.0, 1), (100.0, 1)))))
     sim.run()
     assert len(sim.active_loans) == 1
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from elastisched.core.clock import Clock, SimClock, WallClock
+    from elastisched.core.enums import Cause, ChangeKind, GenerationOutcome, GenerationState, LoanState, RequestState
     from elastisched.core.errors import (
         ConfigError,
         ElastischedError,
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
         WorkloadError,
     )
     from elastisched.core.events import Action, ActionKind, Event, JobFailed, JobFinished
+    from elastisched.core.nodes import NodeSet, node_set
     from elastisched.core.types import (
         NO_ALLOCATION,
         Allocation,
@@ -37,7 +39,9 @@ if TYPE_CHECKING:
 _WHERE = {
     "clock": ("Clock", "SimClock", "WallClock"),
     "errors": ("ConfigError", "ElastischedError", "InvariantViolation", "UnknownPolicyError", "WorkloadError"),
+    "enums": ("Cause", "ChangeKind", "GenerationOutcome", "GenerationState", "LoanState", "RequestState"),
     "events": ("Action", "ActionKind", "Event", "JobFailed", "JobFinished"),
+    "nodes": ("NodeSet", "node_set"),
     "types": ("NO_ALLOCATION", "Allocation", "ClusterSnapshot", "Decision", "JobId", "JobPhase", "JobSpec", "JobView",
               "NodeId", "NodeView", "PendingReason", "Pool"),
 }
@@ -48,12 +52,16 @@ __all__ = [
     "Action",
     "ActionKind",
     "Allocation",
+    "Cause",
+    "ChangeKind",
     "Clock",
     "ClusterSnapshot",
     "ConfigError",
     "Decision",
     "ElastischedError",
     "Event",
+    "GenerationOutcome",
+    "GenerationState",
     "InvariantViolation",
     "JobFailed",
     "JobFinished",
@@ -61,14 +69,18 @@ __all__ = [
     "JobPhase",
     "JobSpec",
     "JobView",
+    "LoanState",
     "NodeId",
+    "NodeSet",
     "NodeView",
     "PendingReason",
     "Pool",
+    "RequestState",
     "SimClock",
     "UnknownPolicyError",
     "WallClock",
     "WorkloadError",
+    "node_set",
 ]
 
 

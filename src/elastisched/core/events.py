@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from elastisched.core.enums import Cause
 from elastisched.core.types import Allocation, JobId
 
 
@@ -41,7 +42,7 @@ class LaunchSpec:
     script: str
     args: tuple[str, ...]
     generation: int
-    cause: str  # launch | resize | resume | retry
+    cause: Cause
     token: str
     batch_size: int | None = None  # global batch (None: the script's own)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

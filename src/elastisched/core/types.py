@@ -7,12 +7,14 @@ so that the same snapshot can be replayed for debugging or determinism checks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import chain
 from types import MappingProxyType
 from typing import Any
+
+from elastisched.core.nodes import NodeSet, node_set
 
 JobId = str
 NodeId = str
@@ -91,6 +93,10 @@ class JobSpec:
         """Most GPUs the job may ever hold."""
         return self.max_gpus if self.max_gpus is not None else self.num_gpus
 
+    def batch_for(self, alloc: Allocation) -> int:
+        """The global batch `alloc` runs at: its own when it sets one, else the job's (both bodies, one rule)."""
+        return alloc.batch_size or self.batch_size
+
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
@@ -119,6 +125,26 @@ class Allocation:
     @property
     def nodes(self) -> tuple[NodeId, ...]:
         return tuple(n for n, _ in self.placement)
+
+    def same_gpus(self, other: Allocation) -> bool:
+        """Whether `other` runs on exactly these GPUs (`same_gpus` below: the one rule of "same GPUs?")."""
+        return same_gpus(self.placement, other.placement)
+
+
+def canonical_placement(placement: Iterable[tuple[NodeId, int]]) -> tuple[tuple[NodeId, int], ...]:
+    """A placement's canonical form: GPUs per node, each node once, in node-id order. The stored order of
+    `Allocation.placement` is kept as given (it is the order GPUs were placed in, which outputs record);
+    comparisons go through this form, so the order and splitting of entries never change an answer."""
+    merged: dict[NodeId, int] = {}
+    for n, g in placement:
+        merged[n] = merged.get(n, 0) + g
+    return tuple(sorted((n, g) for n, g in merged.items() if g))
+
+
+def same_gpus(a: Sequence[tuple[NodeId, int]], b: Sequence[tuple[NodeId, int]]) -> bool:
+    """THE "same GPUs?" rule, for allocations, the engine's diff, the policies and the service: the same GPUs
+    on the same nodes, whatever the order (or splitting) of the entries."""
+    return a == b or canonical_placement(a) == canonical_placement(b)
 
 
 NO_ALLOCATION = Allocation()
@@ -230,8 +256,8 @@ class ClusterSnapshot:
         """Free GPUs per type now (a fresh dict the caller may modify)."""
         if self.free is not None:
             return dict(self.free)
-        out = dict(_capacity(self.nodes))
-        types = {n.node_id: n.gpu_type for n in self.nodes}
+        out = dict(self.node_set.capacity)
+        types = self.node_set.gpu_type
         for j in self.running_jobs().values():
             for n, g in j.allocation.placement:
                 if n in types:
@@ -239,12 +265,17 @@ class ClusterSnapshot:
         return out
 
     @property
+    def node_set(self) -> NodeSet:
+        """Positions, types and capacity of `nodes`, built once per node tuple (`core.nodes`)."""
+        return node_set(self.nodes)
+
+    @property
     def total_gpus(self) -> int:
-        return sum(_capacity(self.nodes).values())
+        return self.node_set.total_gpus
 
     def capacity_by_type(self) -> dict[str, int]:
         """GPUs per type (a fresh dict the caller may modify); cached per node set."""
-        return dict(_capacity(self.nodes))
+        return dict(self.node_set.capacity)
 
 
 class KeptAllocations(Mapping[JobId, Allocation]):
@@ -314,19 +345,3 @@ class Decision:
     reasons: Mapping[JobId, PendingReason] = field(default_factory=_empty)
     reclaim: tuple[NodeId, ...] = ()
     next_round_at: float | None = None
-
-
-_CAPACITY: dict[int, tuple[tuple[NodeView, ...], dict[str, int]]] = {}
-
-
-def _capacity(nodes: tuple[NodeView, ...]) -> dict[str, int]:
-    """Per-type capacity, memoised by the identity of the node tuple (rounds reuse the same tuple)."""
-    hit = _CAPACITY.get(id(nodes))
-    if hit is None or hit[0] is not nodes:
-        out: dict[str, int] = {}
-        for n in nodes:
-            out[n.gpu_type] = out.get(n.gpu_type, 0) + n.num_gpus
-        if len(_CAPACITY) > 64:
-            _CAPACITY.clear()
-        hit = _CAPACITY[id(nodes)] = (nodes, out)
-    return hit[1]

@@ -15,7 +15,7 @@ from elastisched.loaning.timeline import LoanPlan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, make_policy
 from elastisched.policies.lyra import policy as _lyra_policy  # noqa: F401  (registers "lyra" for make_policy)
-from elastisched.sim import LoanTimeline, SimConfig, SimResult, simulate
+from elastisched.sim import SimConfig, SimResult, simulate
 from elastisched.workloads.schema import Workload
 
 
@@ -45,9 +45,8 @@ def lyra(**opts: Any) -> Policy:
 def run_sim(wl: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels, plan: LoanPlan | None,
             seed: int, progress: ProgressFactory | None = None, task: str = "") -> SimResult:
     """One simulation, with the inference side's loan plan (None: no loaning)."""
-    loans = LoanTimeline(plan.steps, plan.gpu_type, plan.gpus_per_server) if plan is not None else None
     cb = progress(task or policy.name) if progress else None
-    return simulate(wl, policy, nodes, models, SimConfig(seed=seed, loans=loans, progress=cb))
+    return simulate(wl, policy, nodes, models, SimConfig(seed=seed, loans=plan, progress=cb))
 
 
 SUMMARY_KEYS = ("avg_jct", "median_jct", "p95_jct", "avg_queue", "p95_queue", "makespan", "gpu_utilization",

@@ -2,7 +2,7 @@
 
 An `Experiment` is found by name in one registry (`elastisched reproduce NAME`). Its `Config` is a frozen
 dataclass whose fields (int, float, str, bool, Path, their `| None`, tuples of str/int) become CLI options
-(`reproduce_cli.py`; each option's help is the field's `metadata["help"]` or its trailing `# comment`);
+(`cli/reproduce.py`; each option's help is the field's `metadata["help"]` or its trailing `# comment`);
 `run` returns an `ExperimentResult`, which `report/` turns into `NAME.json`, PNG plots and one `report.html`
 of the same shape for every study: a verdict against the paper's figure, tables with units, the plots and
 the configuration.

@@ -51,7 +51,7 @@ from elastisched.experiments.base import (
     register_experiment,
 )
 from elastisched.experiments.lyra_deepboot import DeepBootConfig, deepboot_compare, jct_table
-from elastisched.loaning.demand import DAY, diurnal, low_stretches
+from elastisched.loaning.demand import DAY, DemandSeries, diurnal, low_stretches
 from elastisched.loaning.timeline import LoanPlan, loan_plan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, make_policy
@@ -149,6 +149,36 @@ def busy_gpu_hours(res: SimResult, horizon: float) -> tuple[float, float, float]
             float(np.sum(dt * tl["loaned_servers"].to_numpy(float))) / 3600)
 
 
+def _inference_summary(demand: DemandSeries, plan: LoanPlan, n_inf: int, horizon: float) -> dict[str, Any]:
+    """The inference side over the trace window: utilisation, its low stretches, what was lent and reclaimed."""
+    stretches = low_stretches(demand, 0.4, until=horizon)
+    return {"servers": n_inf, "mean_utilisation": demand.mean_utilisation(until=horizon),
+            "fraction_below_40pct": sum(e - s for s, e in stretches) / horizon,
+            "longest_below_40pct_hours": max((e - s for s, e in stretches), default=0.0) / 3600,
+            "loaned_server_hours": plan.loaned_server_seconds(horizon) / 3600,
+            "reclaim_events": len([r for r in plan.reclaims() if r[0] < horizon])}
+
+
+def _preemptions(runs: dict[str, SimResult], full: Policy, configs: list[tuple[str, Policy, LoanPlan | None]]
+                 ) -> dict[str, Any]:
+    """Reclaim preemptions: every method on the very same reclaims (the full Lyra run's log), the MILP against
+    greedy where the MILP solved, and per run as the simulator and each policy counted them."""
+    rl = full.reclaim_log  # type: ignore[attr-defined]
+    same = {m: int(sum(r.get(f"preempted_{m}", 0) for r in rl)) for m in ("greedy", *VARIANTS)}
+    solvable = [r for r in rl if "preempted_milp" in r]
+    g_s, m_s = sum(r["preempted_greedy"] for r in solvable), sum(r["preempted_milp"] for r in solvable)
+    per_policy = {"lyra": sum(r["preempted"] for r in rl)}
+    for name, pol, _ in configs:
+        if name.startswith("lyra_"):
+            per_policy[name] = sum(r["preempted"] for r in pol.reclaim_log)  # type: ignore[attr-defined]
+    return {"same_instances": same, "milp_instances": len(solvable), "greedy_on_milp_instances": g_s,
+            "milp_on_milp_instances": m_s,
+            "greedy_over_milp": (g_s / m_s) if m_s else (1.0 if g_s == 0 else math.inf),
+            "per_run_simulator": {k: v.summary.get("reclaim_preemptions") for k, v in runs.items()
+                                  if k == "lyra" or k.startswith("lyra_")},
+            "per_run_policy": per_policy}
+
+
 def run_all(cfg: LyraConfig, progress: ProgressFactory | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Every configuration on one seed; returns (data for lyra.json, figures)."""
     bad = [m for m in cfg.variants if m not in METHODS or m == "greedy"]
@@ -171,24 +201,15 @@ def run_all(cfg: LyraConfig, progress: ProgressFactory | None = None) -> tuple[d
     for name, pol, p in configs:
         runs[name] = run_sim(wl, pol, nodes, models, p, cfg.seed, progress, name)
     b, ly = runs["baseline"].summary, runs["lyra"].summary
-    rl = full.reclaim_log  # type: ignore[attr-defined]
-    same = {m: int(sum(r.get(f"preempted_{m}", 0) for r in rl)) for m in ("greedy", *VARIANTS)}
-    solvable = [r for r in rl if "preempted_milp" in r]
-    g_s, m_s = sum(r["preempted_greedy"] for r in solvable), sum(r["preempted_milp"] for r in solvable)
     mk = [r for r in full.mckp_log if r["exact"] > 1e-9]  # type: ignore[attr-defined]
     horizon = cfg.days * DAY
-    stretches = low_stretches(demand, 0.4, until=horizon)
     data: dict[str, Any] = {
         "workload": {"name": wl.name, "jobs": len(wl.jobs), "digest": wl.digest},
         "training_gpus": gpus, "training_servers": len(nodes), "gpus_per_server": cfg.gpus_per_server,
         "calibration": tries,
         "baseline_avg_queue": b["avg_queue"], "baseline_p95_queue": b["p95_queue"],
         "baseline_queue_in_band": abs(b["avg_queue"] / cfg.target_queue - 1) <= cfg.tolerance,
-        "inference": {"servers": n_inf, "mean_utilisation": demand.mean_utilisation(until=horizon),
-                      "fraction_below_40pct": sum(e - s for s, e in stretches) / horizon,
-                      "longest_below_40pct_hours": max((e - s for s, e in stretches), default=0.0) / 3600,
-                      "loaned_server_hours": plan.loaned_server_seconds(horizon) / 3600,
-                      "reclaim_events": len([r for r in plan.reclaims() if r[0] < horizon])},
+        "inference": _inference_summary(demand, plan, n_inf, horizon),
         "queue_reduction": b["avg_queue"] / ly["avg_queue"] if ly["avg_queue"] else math.inf,
         "jct_reduction": b["avg_jct"] / ly["avg_jct"],
         "gpu_usage_gain": busy_gpu_hours(runs["lyra"], horizon)[0] / max(busy_gpu_hours(base, horizon)[0], 1e-9) - 1,
@@ -197,19 +218,10 @@ def run_all(cfg: LyraConfig, progress: ProgressFactory | None = None) -> tuple[d
                               busy_gpu_hours(v, horizon), strict=True)) for k, v in runs.items()},
         "ablation": {k: {"queue_reduction": b["avg_queue"] / max(v.summary["avg_queue"], 1e-9),
                          "jct_reduction": b["avg_jct"] / v.summary["avg_jct"]} for k, v in runs.items()},
-        "preemptions": {
-            "same_instances": same, "milp_instances": len(solvable), "greedy_on_milp_instances": g_s,
-            "milp_on_milp_instances": m_s,
-            "greedy_over_milp": (g_s / m_s) if m_s else (1.0 if g_s == 0 else math.inf),
-            "per_run_simulator": {k: v.summary.get("reclaim_preemptions") for k, v in runs.items()
-                                  if k == "lyra" or k.startswith("lyra_")},
-            "per_run_policy": {"lyra": sum(r["preempted"] for r in rl)}},
+        "preemptions": _preemptions(runs, full, configs),
         "mckp_optimality": min((r["greedy"] / r["exact"] for r in mk), default=1.0), "mckp_rounds_checked": len(mk),
         "runs": {k: run_summary(v) for k, v in runs.items()},
     }
-    for name, pol, _ in configs:
-        if name.startswith("lyra_"):
-            data["preemptions"]["per_run_policy"][name] = sum(r["preempted"] for r in pol.reclaim_log)  # type: ignore[attr-defined]
     figs = {"cdf.png": fig_cdfs(runs, title="Philly 15-day slice"),
             "loans.png": fig_loans({k: runs[k] for k in ("baseline", "lyra")}, plan, demand,
                                    title="Philly 15-day slice")}

@@ -36,6 +36,7 @@ import pandas as pd
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
+from elastisched.core.nodes import node_set
 from elastisched.core.types import NodeView
 from elastisched.experiments.base import (
     Experiment,
@@ -72,7 +73,7 @@ TIRESIAS_GRID = (300.0, 900.0, 1800.0, 3600.0, 7200.0, 57600.0)
 TODAY_RESTARTS_PER_JOB = (161 + 136 + 138) / 150
 #: acceptance bars of issue 13 item 5
 BAR_OVER_BASELINE, BAR_RESTART_FRACTION = 0.95, 0.5
-HISTORY_FOLDS = 2  # the predictor's bootstrap data split by run (models.ones_history)
+HISTORY_FOLDS = 2  # the predictor's bootstrap data split by run (policies/ones/history.py)
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def isolated_bound(wl: Workload, models: PerfModels, nodes: Sequence[NodeView], 
     from its submission, at the best GPU count (1..all, packed node by node) separately for every epoch,
     with free resizes, plus one launch. `batch`: "ones" = the ONES batch rule (`job_batch`), "fixed" = the
     job's requested global batch (Tiresias / Optimus). Homogeneous clusters only (the first node's type)."""
-    capacity, per_node, gpu_type = sum(n.num_gpus for n in nodes), nodes[0].num_gpus, nodes[0].gpu_type
+    capacity, per_node, gpu_type = node_set(tuple(nodes)).total_gpus, nodes[0].num_gpus, nodes[0].gpu_type
     out = np.empty(len(wl.jobs))
     for i, spec in enumerate(wl.jobs):
         app = models.app(spec.application)

@@ -27,15 +27,17 @@ from elastisched.loaning.demand import DemandSeries
 
 @dataclass(frozen=True, slots=True)
 class LoanPlan:
-    """Servers on loan to training over time: `(time, servers)` steps, plus the loaned servers' shape.
+    """Servers on loan to training over time: `(time, servers available to training)` steps, the loaned
+    servers' shape, and (when derived from demand by `loan_plan`) the inference cluster it came from. The one
+    loan timeline: the simulator (`SimConfig.loans`), the experiments and the figures all take it.
 
-    `steps` has the form the simulator's `LoanTimeline(steps=..., gpu_type=..., gpus_per_server=...)` takes.
+    `servers` is the inference cluster's size (0 = not known: a hand-written timeline; `max_servers` stands in).
     """
 
     steps: tuple[tuple[float, int], ...]
-    servers: int
     gpu_type: str = "t4"
     gpus_per_server: int = 4
+    servers: int = 0
     headroom: int = 0
     notice: float = 0.0
     hold: float = 0.0
@@ -90,4 +92,5 @@ def loan_plan(demand: DemandSeries, *, headroom: int = 0, notice: float = 0.0, h
         n = int(idle[max(lo, 0):hi].min())
         if not steps or steps[-1][1] != n:
             steps.append((float(t), n))
-    return LoanPlan(tuple(steps), demand.servers, gpu_type, gpus_per_server, headroom, notice, hold)
+    return LoanPlan(tuple(steps), gpu_type, gpus_per_server, servers=demand.servers, headroom=headroom, notice=notice,
+                    hold=hold)

@@ -7,13 +7,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from elastisched.core.types import NodeView
+from elastisched.loaning.timeline import LoanPlan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy
 from elastisched.sim.metrics import SimResult
-from elastisched.sim.simulator import LoanTimeline, SimConfig, Simulator
+from elastisched.sim.simulator import SimConfig, Simulator
 from elastisched.workloads.schema import Workload
 
-__all__ = ["LoanTimeline", "SimConfig", "SimResult", "Simulator", "simulate", "young_gc_only"]
+__all__ = ["LoanPlan", "SimConfig", "SimResult", "Simulator", "simulate", "young_gc_only"]
 
 
 def simulate(workload: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels,

@@ -22,20 +22,40 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from elastisched import __version__
-from elastisched.core.types import PendingReason
+from elastisched.core.nodes import node_set
+from elastisched.core.types import NodeView, PendingReason
 from elastisched.engine.jobstate import JobState
 from elastisched.models.application import Application
+from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.table import Rows, WorkLog
+from elastisched.workloads.schema import Workload
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from elastisched.sim.simulator import Simulator
+
+class RunRecord(Protocol):
+    """What `collect` reads of a finished run (the `Simulator`; named by shape so that the simulator imports
+    this module and not the other way round)."""
+
+    @property
+    def now(self) -> float: ...
+    train_nodes: tuple[NodeView, ...]
+    done: list[JobState]
+    timeline: list[tuple[float, int, int, int]]
+    latencies: list[float]
+    reclaims: list[dict[str, Any]]
+    events: int
+    stalled: list[str]
+    workload: Workload
+    policy: Policy
+    ctx: PolicyContext
+    cfg: Any  # the run's `SimConfig` (its `seed`; that class lives in the simulator, which imports this module)
 
 
 @dataclass
@@ -234,8 +254,9 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float,
 DECOMPOSITION = ["queued", "restarting", "running", "best", "loss_gpus", "loss_batch"]
 
 
-def collect(sim: Simulator, wall: float) -> SimResult:
+def collect(sim: RunRecord, wall: float) -> SimResult:
     rows = []
+    train = node_set(sim.train_nodes)
     per_node: dict[str, tuple[int, int]] = {}  # GPU type -> (GPUs per server, servers)
     for n in sim.train_nodes:
         g, k = per_node.get(n.gpu_type, (0, 0))
@@ -279,8 +300,7 @@ def collect(sim: Simulator, wall: float) -> SimResult:
         "decision_ms_p50": _pct(lat, 50), "decision_ms_p99": _pct(lat, 99),
         "decision_ms_max": float(lat.max()) if len(lat) else 0.0,
         "wall_seconds": wall, "seed": sim.cfg.seed, "version": __version__,
-        "cluster": {"nodes": len(sim.train_nodes), "gpus": sum(n.num_gpus for n in sim.train_nodes),
-                    "types": sorted({n.gpu_type for n in sim.train_nodes})},
+        "cluster": {"nodes": len(sim.train_nodes), "gpus": train.total_gpus, "types": sorted(train.capacity)},
         "policy_config": {"interval": sim.policy.interval, **sim.ctx.options},
         # JCT decomposition, mean seconds per finished job (module docstring) and GPU-hours by use
         "decomposition": {k: _mean(jobs.array(k)) for k in DECOMPOSITION},

@@ -9,6 +9,7 @@ from typing import Any
 
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
+from elastisched.core.nodes import node_set
 from elastisched.core.types import NodeView
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import make_policy
@@ -85,7 +86,7 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
     models = PerfModels.load(profiles, restart_cost=restart_cost)
     nodes = load_cluster(cluster)
     wl = load_workload(workload, models)
-    types = {n.gpu_type for n in nodes}
+    types = set(node_set(nodes).capacity)
     for app in {j.application for j in wl.jobs}:
         missing = types - set(models.app(app).gpu_types)
         if missing:

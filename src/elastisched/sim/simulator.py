@@ -33,31 +33,21 @@ import numpy as np
 
 from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
+from elastisched.core.nodes import node_set
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
 from elastisched.engine.jobstate import INF, RECONFIGURE_COST, JobState, new_state
 from elastisched.engine.loop import Engine, RoundResult
 from elastisched.engine.overrides import admin_resize, pin
+from elastisched.loaning.timeline import LoanPlan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.metrics import SimResult, collect
 from elastisched.sim.table import WorkLog
+from elastisched.sim.usage import ClusterUsage
 from elastisched.workloads.schema import Workload
 
 ARRIVAL, COMPLETION, LOAN, FAILURE, RESIZE = 0, 1, 2, 3, 4
 SimJob = JobState  # the simulator keeps the engine's bookkeeping object per job
-
-
-@dataclass(frozen=True, slots=True)
-class LoanTimeline:
-    """Loanable inference servers over time: `(time, servers available to training)` steps."""
-
-    steps: tuple[tuple[float, int], ...]
-    gpu_type: str = "t4"
-    gpus_per_server: int = 4
-
-    @property
-    def max_servers(self) -> int:
-        return max((n for _, n in self.steps), default=0)
 
 
 @dataclass
@@ -71,7 +61,7 @@ class SimConfig:
     reconfigure_cost: float | None = RECONFIGURE_COST
     check_invariants: bool = True
     max_time: float = INF
-    loans: LoanTimeline | None = None
+    loans: LoanPlan | None = None  # loanable inference servers over time (`loaning.timeline`)
     progress: Callable[[float, int, int], None] | None = None  # (sim time, finished, total)
     options: dict[str, Any] = field(default_factory=dict)
     failures: tuple[tuple[float, JobId], ...] = ()  # (time, job): the job fails (ends, not finished)
@@ -92,7 +82,7 @@ class Simulator:
                 NodeView(f"loan-{i}", ln.gpu_type, ln.gpus_per_server, Pool.LOANABLE, len(nodes) + i)
                 for i in range(ln.max_servers))
         self.active_loans: list[NodeView] = []
-        self.nodes = self.train_nodes
+        self._set_nodes(self.train_nodes)
         self.ctx = PolicyContext(perf=models, rng=np.random.default_rng(self.cfg.seed), seed=self.cfg.seed,
                                  options=dict(self.cfg.options))
         self.engine = Engine(policy, self.ctx, self.cfg.check_invariants)
@@ -108,25 +98,27 @@ class Simulator:
         self.reclaims: list[dict[str, Any]] = []
         self.events = 0
         self.stalled: list[JobId] = []
-        self._total_for: tuple[NodeView, ...] | None = None
-        self._total = 0
-        self.busy = 0  # GPUs allocated now
-        # engine-owned aggregates, maintained incrementally so a round costs O(changes)
+        self.usage = ClusterUsage()  # engine-owned aggregates, maintained incrementally: O(changes) a round
         self.views: dict[JobId, JobView] = {}
         self.running_views: dict[JobId, JobView] = {}
         self.pending_views: dict[JobId, JobView] = {}  # the others, in submission order once `_pending` sorts
         self._pending_sorted = True
         self._pending_proxy: Mapping[JobId, JobView] = MappingProxyType(self.pending_views)
         self.stale: set[JobId] = set()
-        self.free: dict[str, int] = {}
-        self.node_used = np.zeros(0, dtype=np.int64)
-        self._used_for: tuple[NodeView, ...] | None = None
-        self._pos_for: tuple[NodeView, ...] | None = None
-        self._pos: dict[str, int] = {}
 
     @property
     def now(self) -> float:
         return self.clock.now()
+
+    @property
+    def busy(self) -> int:
+        """GPUs allocated now."""
+        return self.usage.busy
+
+    def _set_nodes(self, nodes: tuple[NodeView, ...]) -> None:
+        """The cluster's nodes now (training nodes, then the servers on loan) and their one `NodeSet`."""
+        self.nodes = nodes
+        self.node_set = node_set(nodes)
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any) -> None:
@@ -140,7 +132,7 @@ class Simulator:
         self.jobs[spec.job_id] = job
         v = self.views[spec.job_id] = job.make_view(now)  # insertion order = submission order
         self.pending_views[spec.job_id] = v
-        self.policy.on_submit(spec, now)
+        self.engine.submitted(spec, now)
 
     def _complete(self, job: SimJob, failed: bool = False) -> None:
         job.advance(now := self.now, finishing=not failed)
@@ -162,7 +154,7 @@ class Simulator:
         job.work_tail = None
         job.bounds = job.bounds_arr  # type: ignore[assignment]  # same numbers, 8 bytes each instead of 32
         self.done.append(job)
-        self.policy.on_finish(jid, now)
+        self.engine.ended(jid, now)
 
     def _set_loans(self, n: int) -> None:
         """Make `n` servers available to training; a pending reclaim counts as already returned."""
@@ -174,7 +166,7 @@ class Simulator:
             if n > have:  # lend servers that are not on loan now (returns may have left gaps)
                 active = {x.node_id for x in self.active_loans}
                 self.active_loans.extend([x for x in self.loan_nodes if x.node_id not in active][: n - have])
-                self.nodes = self.train_nodes + tuple(self.active_loans)
+                self._set_nodes(self.train_nodes + tuple(self.active_loans))
         elif n < have:
             self.reclaim_demand += have - n
 
@@ -199,11 +191,10 @@ class Simulator:
                     self._pending_sorted = False  # stopped: back in the queue, at its submission position
                 self.pending_views[jid] = v
         self.stale.clear()
-        self._sync_node_used()
-        used = self.node_used.copy()  # the policy's read-only copy
-        used.flags.writeable = False
+        self.usage.sync(self.node_set, (job.allocation for job in self.running.values()))
         return ClusterSnapshot(self.now, self.nodes, MappingProxyType(self.views), self.reclaim_demand,
-                               MappingProxyType(self.running_views), MappingProxyType(self.free), used, self._pending)
+                               MappingProxyType(self.running_views), MappingProxyType(self.usage.free),
+                               self.usage.snapshot_copy(), self._pending)
 
     def _pending(self) -> Mapping[JobId, JobView]:
         """Active jobs without GPUs in submission order (`ClusterSnapshot.pending`): put back in order only
@@ -215,36 +206,8 @@ class Simulator:
             self._pending_sorted = True
         return self._pending_proxy
 
-    def _sync_node_used(self) -> None:
-        """Rebuild per-node usage after the node set changed (loans come and go; rare)."""
-        if self._used_for is self.nodes:
-            return
-        pos = {n.node_id: i for i, n in enumerate(self.nodes)}
-        self.node_used = np.zeros(len(self.nodes), dtype=np.int64)
-        self.free = {}
-        for n in self.nodes:
-            self.free[n.gpu_type] = self.free.get(n.gpu_type, 0) + n.num_gpus
-        for job in self.running.values():
-            for n, g in job.allocation.placement:
-                if n in pos:
-                    self.node_used[pos[n]] += g
-                    self.free[self.nodes[pos[n]].gpu_type] -= g
-        self._used_for = self.nodes
-
     def _account(self, alloc: Allocation, sign: int) -> None:
-        """Add (+1) or release (-1) an allocation in the busy / free / per-node aggregates."""
-        if not alloc.placement:
-            return
-        self.busy += sign * alloc.gpus
-        if self._used_for is not self.nodes:
-            return  # rebuilt from scratch at the next snapshot
-        pos = self._node_pos()
-        for n, g in alloc.placement:
-            i = pos.get(n)
-            if i is not None:
-                self.node_used[i] += sign * g
-                t = self.nodes[i].gpu_type
-                self.free[t] -= sign * g
+        self.usage.account(self.node_set, alloc, sign)
 
     def _return_nodes(self, res: RoundResult) -> None:
         """Give back the servers the engine chose (vacating is in the round's actions already)."""
@@ -254,7 +217,7 @@ class Simulator:
                               "preempted": len(rec.preempted) if rec else 0,
                               "scaled_in": len(rec.scaled_in) if rec else 0})
         self.active_loans = [n for n in self.active_loans if n.node_id not in gone]
-        self.nodes = self.train_nodes + tuple(self.active_loans)
+        self._set_nodes(self.train_nodes + tuple(self.active_loans))
         self.reclaim_demand = 0
 
     def _apply_allocation(self, job: SimJob, alloc: Any) -> None:
@@ -265,13 +228,13 @@ class Simulator:
             job.apply(NO_ALLOCATION, self.now, {}, 0.0)
             self.running.pop(jid, None)
             return
-        pos = self._node_pos()
+        types = self.node_set.gpu_type
         restart = self.cfg.restart_cost if self.cfg.restart_cost is not None else job.app.restart_cost
         # a policy whose jobs change their batch between steps (Pollux / AdaptDL) reconfigures in place, free
         reconfigure = self.cfg.reconfigure_cost
         if reconfigure is None and self.policy.batch_in_place:
             reconfigure = 0.0
-        job.apply(alloc, self.now, {n: self.nodes[pos[n]].gpu_type for n, _ in alloc.placement}, restart,
+        job.apply(alloc, self.now, {n: types[n] for n, _ in alloc.placement}, restart,
                   self.cfg.resize_cost, reconfigure)
         self._account(alloc, +1)
         self.running[jid] = job
@@ -304,7 +267,7 @@ class Simulator:
                 job.reason = why
         if self.reclaim_demand:
             self._return_nodes(res)
-        now, pos = self.now, self._node_pos()  # (the node set changes only in `_return_nodes`, above)
+        now, pos = self.now, self.node_set.position  # (the node set changes only in `_return_nodes`, above)
         for act in res.actions:
             job = self.jobs[act.job_id]
             if act.kind is not ActionKind.LAUNCH or job.updated < now:
@@ -321,24 +284,13 @@ class Simulator:
                     self._apply_allocation(job, NO_ALLOCATION)
                 continue
             self._apply_allocation(job, act.allocation)
-        self.timeline.append((now, self.busy, self.engine_total_gpus(), len(self.active_loans)))
+        self.timeline.append((now, self.busy, self.node_set.total_gpus, len(self.active_loans)))
         return res.decision.next_round_at
 
-    def _node_pos(self) -> dict[str, int]:
-        if self._pos_for is not self.nodes:
-            self._pos_for, self._pos = self.nodes, {n.node_id: i for i, n in enumerate(self.nodes)}
-        return self._pos
-
-    def engine_total_gpus(self) -> int:
-        if self._total_for is not self.nodes:
-            self._total_for, self._total = self.nodes, sum(n.num_gpus for n in self.nodes)
-        return self._total
-
-    # ------------------------------------------------------------------ main loop
-    def run(self) -> SimResult:
-        wall0 = time.perf_counter()
-        specs = self.workload.jobs
-        for s in specs:
+    # ------------------------------------------------------------------ inputs and the main loop
+    def _push_inputs(self) -> None:
+        """Every event known before the run: arrivals, loan changes, failures and admin resizes."""
+        for s in self.workload.jobs:
             self._push(s.submit_time, ARRIVAL, s)
         if self.cfg.loans is not None:
             for t, n in self.cfg.loans.steps:
@@ -347,9 +299,39 @@ class Simulator:
             self._push(t, FAILURE, jid)
         for t, jid, g in self.cfg.admin_resizes:
             self._push(t, RESIZE, (jid, g))
+
+    def _handle(self, kind: int, payload: Any) -> bool:
+        """Apply one event; True when it needs a round right now (a reclaim: inference is never delayed)."""
+        if kind == ARRIVAL:
+            self._arrive(payload)
+        elif kind == COMPLETION:
+            self._complete(payload[0])
+        elif kind == FAILURE:
+            if payload in self.jobs:
+                self._complete(self.jobs[payload], failed=True)
+        elif kind == RESIZE:
+            self._admin_resize(*payload)
+        else:
+            self._set_loans(payload)
+            return self.reclaim_demand > 0
+        return False
+
+    def _next_round(self, hint: float | None) -> float:
+        """When to consult the policy after a round at `now`: the next tick on the grid, or its hint."""
+        interval = self.policy.interval
+        if interval is None or not self.jobs:
+            return INF
+        nxt = (math.floor(self.now / interval + 1e-9) + 1) * interval  # back on the grid after off-grid rounds
+        if hint is not None:
+            nxt = max(nxt, hint, math.ceil(hint / interval - 1e-9) * interval) if hint < INF else INF
+        return nxt
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        self._push_inputs()
         interval = self.policy.interval
         pending_round = INF
-        total = len(specs)
         last_report = 0.0
         while self.heap or pending_round < INF:
             t_ev = self.heap[0][0] if self.heap else INF
@@ -361,20 +343,9 @@ class Simulator:
                     continue  # stale: the job's allocation changed since this completion was predicted
                 self.events += 1
                 self.clock.advance_to(t)
-                if kind == ARRIVAL:
-                    self._arrive(payload)
-                elif kind == COMPLETION:
-                    self._complete(payload[0])
-                elif kind == FAILURE:
-                    if payload in self.jobs:
-                        self._complete(self.jobs[payload], failed=True)
-                elif kind == RESIZE:
-                    self._admin_resize(*payload)
-                else:
-                    self._set_loans(payload)
-                    if self.reclaim_demand:  # inference is never delayed: decide now, on or off the tick grid
-                        pending_round = t
-                        continue
+                if self._handle(kind, payload):
+                    pending_round = t  # decide now, on or off the tick grid
+                    continue
                 # next tick; an event within float noise after a tick is handled at its own time
                 nxt = t if interval is None else max(t, math.ceil(t / interval - 1e-9) * interval)
                 pending_round = min(pending_round, nxt)
@@ -383,18 +354,13 @@ class Simulator:
                 break
             self.clock.advance_to(pending_round)
             hint = self._round()
-            pending_round = INF
             if not self.running and not self.heap and self.jobs:
                 self.stalled = sorted(self.jobs)  # nothing runs and nothing will happen: jobs can never fit
                 break
-            if interval is not None and self.jobs:
-                nxt = (math.floor(self.now / interval + 1e-9) + 1) * interval  # back on the grid after off-grid rounds
-                if hint is not None:
-                    nxt = max(nxt, hint, math.ceil(hint / interval - 1e-9) * interval) if hint < INF else INF
-                pending_round = nxt
+            pending_round = self._next_round(hint)
             if self.cfg.progress is not None and time.perf_counter() - last_report > 0.2:
                 last_report = time.perf_counter()
-                self.cfg.progress(self.now, len(self.done), total)
+                self.cfg.progress(self.now, len(self.done), len(self.workload.jobs))
         for job in list(self.running.values()):
             job.advance(self.now)
         return collect(self, time.perf_counter() - wall0)

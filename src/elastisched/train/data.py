@@ -12,26 +12,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
 from elastisched.train.adaptive import BatchRule, StepTiming, batch_rule
+from elastisched.train.handles import MicroInfo
 from elastisched.train.runtime import ElasticContext, current_context
-
-
-@dataclass(frozen=True, slots=True)
-class MicroInfo:
-    """What the gradient machinery needs to know about the micro-batch just handed out."""
-
-    scale: float  # n_micro / n_step: turns a mean loss into this micro-batch's share of the step mean
-    last: bool  # last micro-batch of this rank in this step: optimizer.step() really steps
-    parity: int  # global micro-batch index mod 2 (JABAS halves)
-    n: int  # samples in this micro-batch
-    n_step: int  # samples in this step over all ranks
-    measure: bool  # gradient statistics are taken in this step
 
 
 def apportion(total: int, weights: Sequence[float], minimum: int = 0) -> list[int]:

@@ -122,25 +122,37 @@ def start_workers(
         global_batch=global_batch,
         checkpoint_dir=checkpoint_dir,
     )
+    if pool is not None:
+        return _assign_pool(pool, envs, script, args, extra_env)
+    return _spawn(envs, script, args, extra_env, python, stdout, stderr)
+
+
+def _assign_pool(pool: WarmPool, envs: list[LaunchEnv], script: str | os.PathLike[str], args: Sequence[str],
+                 extra_env: Mapping[str, str] | None) -> WorkerGroup:
+    """Hand each rank's assignment to one of `pool`'s pre-imported interpreters (on its stdin)."""
+    procs = pool.take(len(envs))
+    for le, p in zip(envs, procs, strict=True):
+        job = {"env": {**le.to_env(), "LOCAL_WORLD_SIZE": str(len(envs)), **(extra_env or {})},
+               "script": os.fspath(script), "args": list(args)}
+        assert p.stdin is not None
+        p.stdin.write((json.dumps(job) + "\n").encode())
+        p.stdin.close()
+    return WorkerGroup(procs=procs, envs=envs, pgid=None)
+
+
+def _spawn(envs: list[LaunchEnv], script: str | os.PathLike[str], args: Sequence[str],
+           extra_env: Mapping[str, str] | None, python: str, stdout: int | None, stderr: int | None) -> WorkerGroup:
+    """Start one fresh interpreter per rank, all in one new process group (for SIGKILL escalation)."""
     procs: list[subprocess.Popen[bytes]] = []
     pgid: int | None = None
-    if pool is not None:
-        procs = pool.take(nproc)
-        for le, p in zip(envs, procs, strict=True):
-            job = {"env": {**le.to_env(), "LOCAL_WORLD_SIZE": str(nproc), **(extra_env or {})},
-                   "script": os.fspath(script), "args": list(args)}
-            assert p.stdin is not None
-            p.stdin.write((json.dumps(job) + "\n").encode())
-            p.stdin.close()
-        return WorkerGroup(procs=procs, envs=envs, pgid=None)
     for le in envs:
         env = dict(os.environ)
         env.update(le.to_env())
-        env["LOCAL_WORLD_SIZE"] = str(nproc)
+        env["LOCAL_WORLD_SIZE"] = str(len(envs))
         env.setdefault("OMP_NUM_THREADS", "1")
         if extra_env:
             env.update(extra_env)
-        # All ranks share one new process group (the first worker leads it) for SIGKILL escalation.
+        # the first worker leads the group
         p = subprocess.Popen(
             [python, "-u", "-m", "elastisched.train._entry", os.fspath(script), *args],
             env=env,

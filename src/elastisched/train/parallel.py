@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from elastisched.train.adaptive import ScalingRule, StepTiming, halves_stats, scaling_rule
-from elastisched.train.data import MicroInfo
+from elastisched.train.handles import MicroInfo
 from elastisched.train.runtime import ElasticContext, current_context
 
 
@@ -153,13 +153,28 @@ class ElasticDataParallel(nn.Module):
 
     def sync(self, micro: MicroInfo) -> None:
         """All-reduce (gradient, stop flag[, halves, counts]), then the real optimizer step."""
+        buf, sync_time = self._all_reduce(micro)
+        total = self._read_measured(buf, micro) if micro.measure else self._read_plain(buf)
+        off = 0
+        with torch.no_grad():
+            for prm in self.params:
+                n = prm.numel()
+                prm.grad.copy_(total[off:off + n].view_as(prm))  # type: ignore[union-attr]
+                off += n
+        self._optimizer_step()
+        self.synced = True
+        now = time.perf_counter()
+        self._record(now - self._t_last, sync_time, micro.n_step)
+        self._t_last = now
+
+    def _all_reduce(self, micro: MicroInfo) -> tuple[torch.Tensor, float]:
+        """One all-reduce of everything the ranks must agree on this step; (the summed buffer, seconds)."""
         ctx = self.ctx
         dev = ctx.device
         stop = 1.0 if ctx.stop_requested else 0.0
         target = float(ctx.requested_batch())  # rank 0's read of the scheduler's batch; 0 elsewhere
-        p = self.numel
         if micro.measure:
-            halves = self._halves or [torch.zeros(p, dtype=self.dtype, device=dev)] * 2
+            halves = self._halves or [torch.zeros(self.numel, dtype=self.dtype, device=dev)] * 2
             # Local timing rides along so that every rank sees the same mean and decides alike.
             st, sy, has = (*self._timing[:2], 1.0) if self._timing is not None else (0.0, 0.0, 0.0)
             meta = torch.tensor([stop, *self._counts, st, sy, has, target], dtype=self.dtype, device=dev)
@@ -168,35 +183,39 @@ class ElasticDataParallel(nn.Module):
             buf = torch.cat([self._flat(), torch.tensor([stop, target], dtype=self.dtype, device=dev)])
         t0 = time.perf_counter()
         ctx.all_reduce_(buf)
-        sync_time = time.perf_counter() - t0
-        if micro.measure:
-            even, odd = buf[:p], buf[p:2 * p]
-            total = even + odd
-            norm = float(micro.n_step)  # buffers hold Σ∇ℓ / N for either loss reduction
-            stats = halves_stats(even * norm, odd * norm, int(buf[2 * p + 1]), int(buf[2 * p + 2]))
-            w = float(ctx.world_size)
-            self._shared_timing = None
-            if int(buf[2 * p + 5]) == ctx.world_size and self._timing is not None:
-                self._shared_timing = StepTiming(float(buf[2 * p + 3]) / w, float(buf[2 * p + 4]) / w,
-                                                 self._timing[2])
-            if stats is not None:
-                ctx.noise.update(stats)
-            self.fresh_stats = stats
-            ctx.stop_agreed = bool(buf[2 * p] > 0)
-            ctx.batch_target = round(float(buf[2 * p + 6]))
-        else:
-            total = buf[:p]
-            ctx.stop_agreed = bool(buf[p] > 0)
-            ctx.batch_target = round(float(buf[p + 1]))
-        off = 0
-        with torch.no_grad():
-            for prm in self.params:
-                n = prm.numel()
-                prm.grad.copy_(total[off:off + n].view_as(prm))  # type: ignore[union-attr]
-                off += n
-        loader = ctx.loader
+        return buf, time.perf_counter() - t0
+
+    def _read_measured(self, buf: torch.Tensor, micro: MicroInfo) -> torch.Tensor:
+        """A statistics step's reduced buffer: gradient statistics, shared timing, stop flag and batch target;
+        returns the summed gradient."""
+        ctx, p = self.ctx, self.numel
+        even, odd = buf[:p], buf[p:2 * p]
+        norm = float(micro.n_step)  # buffers hold Σ∇ℓ / N for either loss reduction
+        stats = halves_stats(even * norm, odd * norm, int(buf[2 * p + 1]), int(buf[2 * p + 2]))
+        w = float(ctx.world_size)
+        self._shared_timing = None
+        if int(buf[2 * p + 5]) == ctx.world_size and self._timing is not None:
+            self._shared_timing = StepTiming(float(buf[2 * p + 3]) / w, float(buf[2 * p + 4]) / w,
+                                             self._timing[2])
+        if stats is not None:
+            ctx.noise.update(stats)
+        self.fresh_stats = stats
+        ctx.stop_agreed = bool(buf[2 * p] > 0)
+        ctx.batch_target = round(float(buf[2 * p + 6]))
+        return even + odd
+
+    def _read_plain(self, buf: torch.Tensor) -> torch.Tensor:
+        """An ordinary step's reduced buffer: stop flag and batch target; returns the summed gradient."""
+        p = self.numel
+        self.ctx.stop_agreed = bool(buf[p] > 0)
+        self.ctx.batch_target = round(float(buf[p + 1]))
+        return buf[:p]
+
+    def _optimizer_step(self) -> None:
+        """The user's optimizer step at the learning rate scaled for the current batch, then zeroed grads."""
+        loader = self.ctx.loader
         if loader is not None:
-            self.lr_factor = self.rule.factor(loader.global_batch / loader.base_batch, ctx.noise,
+            self.lr_factor = self.rule.factor(loader.global_batch / loader.base_batch, self.ctx.noise,
                                               loader.base_batch)
         saved = [g["lr"] for g in self.optimizer.param_groups]
         for g in self.optimizer.param_groups:
@@ -209,10 +228,6 @@ class ElasticDataParallel(nn.Module):
         with torch.no_grad():
             for prm in self.params:
                 prm.grad.zero_()  # type: ignore[union-attr]
-        self.synced = True
-        now = time.perf_counter()
-        self._record(now - self._t_last, sync_time, micro.n_step)
-        self._t_last = now
 
     # ------------------------------------------------------------------ timing and checkpoint
     def reset_timer(self) -> None:

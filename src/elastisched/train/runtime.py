@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -30,10 +30,7 @@ import torch.distributed as dist
 from elastisched.train._entry import hard_exit
 from elastisched.train.adaptive import NoiseEstimate
 from elastisched.train.contract import BATCH_TARGET_FILE, PROFILE_OUT, PROFILE_STEPS, STOP_NOTE, LaunchEnv
-
-if TYPE_CHECKING:
-    from elastisched.train.data import ElasticDataLoader
-    from elastisched.train.parallel import ElasticDataParallel
+from elastisched.train.handles import LoaderHandle, ModelHandle
 
 CKPT_RE = re.compile(r"^ckpt-(\d{10})\.pt$")
 HINTS_FILE = "hints.jsonl"
@@ -114,8 +111,8 @@ class ElasticContext:
         self.stop_agreed = False
         self.step = 0  # optimizer steps done by the job (all generations)
         self.epoch = 0
-        self.loader: ElasticDataLoader | None = None
-        self.model: ElasticDataParallel | None = None
+        self.loader: LoaderHandle | None = None  # the `ElasticDataLoader`, once built
+        self.model: ModelHandle | None = None  # the `ElasticDataParallel`, once built
         self.states: dict[str, Stateful] = {}
         self.noise = NoiseEstimate()
         self.batch_target = 0  # global batch the scheduler asked for, agreed by all ranks (0 = none yet)

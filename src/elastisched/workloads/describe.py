@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from elastisched.core.nodes import node_set
 from elastisched.core.types import JobSpec, NodeView
 from elastisched.models.registry import PerfModels
 from elastisched.workloads.schema import Workload
@@ -54,7 +55,7 @@ def _quantiles(x: np.ndarray) -> dict[str, float]:
 def describe(wl: Workload, models: PerfModels, nodes: Sequence[NodeView]) -> dict[str, Any]:
     """The numbers of the report (JSON-ready)."""
     jobs = wl.jobs
-    gpus_total = sum(n.num_gpus for n in nodes)
+    gpus_total = node_set(tuple(nodes)).total_gpus
     gtype = Counter(n.gpu_type for n in nodes).most_common(1)[0][0] if nodes else "t4"
     per_node = max((n.num_gpus for n in nodes), default=4)
     submit = np.array([j.submit_time for j in jobs], dtype=float)

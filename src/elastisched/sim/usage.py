@@ -1,0 +1,58 @@
+"""The simulated cluster's GPU usage: per node and per type, kept up to date per change of allocation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from elastisched.core.nodes import NodeSet
+from elastisched.core.types import Allocation
+
+
+class ClusterUsage:
+    """`busy` GPUs in all, `node_used` (GPUs in use per node, in node-set order) and `free` (free GPUs per
+    type) over the node set the cluster has now. Updated per allocation change so a round costs O(changes);
+    rebuilt from the running allocations only when the node set changes (loans come and go; rare)."""
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self.free: dict[str, int] = {}
+        self.node_used = np.zeros(0, dtype=np.int64)
+        self._for: NodeSet | None = None
+
+    def sync(self, nodes: NodeSet, running: Iterable[Allocation]) -> None:
+        """Rebuild `node_used` and `free` for `nodes` when they are of another node set."""
+        if self._for is nodes:
+            return
+        pos, types = nodes.position, nodes.gpu_type
+        self.node_used = np.zeros(len(nodes), dtype=np.int64)
+        self.free = dict(nodes.capacity)
+        for alloc in running:
+            for n, g in alloc.placement:
+                i = pos.get(n)
+                if i is not None:
+                    self.node_used[i] += g
+                    self.free[types[n]] -= g
+        self._for = nodes
+
+    def account(self, nodes: NodeSet, alloc: Allocation, sign: int) -> None:
+        """Add (+1) or release (-1) `alloc`; per node only while the aggregates are of `nodes` (else the next
+        `sync` rebuilds them)."""
+        if not alloc.placement:
+            return
+        self.busy += sign * alloc.gpus
+        if self._for is not nodes:
+            return
+        pos, types = nodes.position, nodes.gpu_type
+        for n, g in alloc.placement:
+            i = pos.get(n)
+            if i is not None:
+                self.node_used[i] += sign * g
+                self.free[types[n]] -= sign * g
+
+    def snapshot_copy(self) -> np.ndarray:
+        """A read-only copy of `node_used` for a policy's snapshot."""
+        used = self.node_used.copy()
+        used.flags.writeable = False
+        return used
