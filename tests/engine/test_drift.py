@@ -5,8 +5,10 @@ a reclaim the policy leaves to the engine's fallback, a failure, completions —
 The same script is then replayed through the live service's engine loop (`Service.step`, SQLite store) with
 an instant fake backend and a manual clock: each simulated round's events are injected at its time (a
 completion is the backend reporting the job finished when the simulator finished it) and the service runs
-its round. Every round's snapshot (each job's phase, placement, attained service, progress, restarts) and
-decision (placements, reasons, servers returned, actions) must be identical.
+its round. Every round's snapshot (each job's phase, placement, attained service, progress, restarts),
+decision (placements, reasons, servers returned, actions) and the policy's saved state after it
+(`state_dict`: what the stateful policies, Tiresias and ONES, learnt through their `on_submit` / `on_finish`
+hooks, which the engine calls in both bodies) must be identical.
 
 The two `*_is_caught` tests change one rule in the simulator only (the reclaim fallback, the progress rule
 of a mixed-type placement) and check the comparison fails: the test can fail.
@@ -21,20 +23,21 @@ from typing import Any
 
 import pytest
 
-from elastisched.backends.base import BackendEvent, JobStarted
 from elastisched.core.clock import SimClock
-from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
+from elastisched.core.events import JobFailed, JobFinished
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, NodeView
 from elastisched.engine import jobstate, loop
 from elastisched.engine.loop import RoundResult
+from elastisched.loaning import LoanPlan
 from elastisched.models import PerfModels
 from elastisched.policies.base import Policy, make_policy
 from elastisched.policies.fifo import FifoPolicy
 from elastisched.service.daemon import Service
 from elastisched.service.store import Store
 from elastisched.service.submission import job_spec
-from elastisched.sim import LoanTimeline, SimConfig, Simulator
+from elastisched.sim import SimConfig, Simulator
 from elastisched.workloads.schema import Workload
+from fake_backend import InstantBackend
 
 SIA = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia" / "traces"
 
@@ -82,7 +85,18 @@ def _f(x: float) -> float:
     return round(x, 6)
 
 
-def _summary(snap: ClusterSnapshot, res: RoundResult) -> Summary:
+def _canon(x: Any) -> Any:
+    """A policy's `state_dict` as nested tuples (job ids stay strings, for `_rename`; floats rounded)."""
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _canon(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_canon(v) for v in x)
+    if isinstance(x, float):
+        return _f(x)
+    return x
+
+
+def _summary(snap: ClusterSnapshot, res: RoundResult, policy: Policy) -> Summary:
     jobs = tuple((jid, str(v.phase), tuple(sorted(v.allocation.placement)), _f(v.attained(snap.now)),
                   _f(v.progress), v.num_restarts, v.spec.num_gpus, v.batch_size)
                  for jid, v in snap.jobs.items())
@@ -90,57 +104,33 @@ def _summary(snap: ClusterSnapshot, res: RoundResult) -> Summary:
     reasons = tuple(sorted((j, str(r)) for j, r in res.decision.reasons.items()))
     returned = res.reclaim.servers if res.reclaim is not None else ()
     actions = tuple((a.kind.value, a.job_id, tuple(sorted(a.allocation.placement))) for a in res.actions)
-    return (snap.now, jobs, placed, reasons, returned, actions)  # the exact time: the replay runs at it
+    state = _canon(policy.state_dict())
+    return (snap.now, jobs, placed, reasons, returned, actions, state)  # the exact time: the replay runs at it
 
 
 def run_sim(models: PerfModels, policy: str) -> tuple[list[Summary], dict[str, float]]:
     rounds: list[Summary] = []
     specs = tuple(job_spec(j, j, t, _spec_dict(j)) for j, t in SUBMIT.items())
     wl = Workload("drift", specs, "script", "0")
-    cfg = SimConfig(loans=LoanTimeline(((LOAN_AT, LOANS), (RECLAIM_AT, LOANS - 1)), "t4", 4),
-                    failures=(FAIL,), admin_resizes=(RESIZE,), on_round=lambda s, r: rounds.append(_summary(s, r)))
-    sim = Simulator(wl, _policy(policy), NODES, models, cfg)
+    cfg = SimConfig(loans=LoanPlan(((LOAN_AT, LOANS), (RECLAIM_AT, LOANS - 1)), "t4", 4),
+                    failures=(FAIL,), admin_resizes=(RESIZE,),
+                    on_round=lambda s, r: rounds.append(_summary(s, r, pol)))
+    pol = _policy(policy)
+    sim = Simulator(wl, pol, NODES, models, cfg)
     res = sim.run()
     ends = {str(r.job): float(r.end) for r in res.jobs.itertuples() if r.state == "SUCCEEDED"}
     assert res.summary["n_finished"] == len(SUBMIT)
     return rounds, ends
 
 
-class InstantBackend:
-    """Launches and resizes take effect at once; finishing and failing happen when the script says."""
-
-    def __init__(self, clock: SimClock) -> None:
-        self.clock = clock
-        self.events: list[BackendEvent] = []
-
-    def apply(self, actions: Sequence[Action]) -> None:
-        for a in actions:
-            if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
-                assert a.launch is not None
-                self.events.append(JobStarted(self.clock.now(), a.job_id, a.launch.generation))
-
-    def cancel(self, job_id: str) -> None:
-        pass
-
-    def poll(self) -> list[BackendEvent]:
-        out, self.events = self.events, []
-        return out
-
-    def recover(self, generations: object = ()) -> list[BackendEvent]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-
 def run_live(models: PerfModels, policy: str, times: Sequence[float], ends: dict[str, float]) -> list[Summary]:
     store = Store("sqlite://")
     store.set_meta("epoch", 0.0)  # service time = store time: submission times compare exactly
     clock = SimClock()
-    be = InstantBackend(clock)
+    be = InstantBackend(clock.now)
     svc = Service(store, NODES, be, _policy(policy), tick_s=0.0, clock=clock, models=models)
     rounds: list[Summary] = []
-    svc.on_round = lambda s, r: rounds.append(_summary(s, r))
+    svc.on_round = lambda s, r: rounds.append(_summary(s, r, svc.policy))
     ids: dict[str, str] = {}
     script: list[tuple[float, int, Callable[[], None]]] = []
     for j, t in SUBMIT.items():
@@ -169,7 +159,11 @@ def run_live(models: PerfModels, policy: str, times: Sequence[float], ends: dict
 
 def _rename(x: Any, back: dict[str, str]) -> Any:
     if isinstance(x, str):
-        return back.get(x, x)
+        if x in back:
+            return back[x]
+        for live_id, name in back.items():  # ids inside a text (ONES's quiet-round signature)
+            x = x.replace(live_id, name)
+        return x
     if isinstance(x, tuple):
         return tuple(_rename(y, back) for y in x)
     return x
@@ -178,8 +172,8 @@ def _rename(x: Any, back: dict[str, str]) -> Any:
 def _live_ids_sorted(rounds: list[Summary]) -> list[Summary]:
     """Decision parts sorted by job id are sorted by the service's random ids: re-sort after renaming."""
     out = []
-    for now, jobs, placed, reasons, returned, actions in rounds:
-        out.append((now, jobs, tuple(sorted(placed)), tuple(sorted(reasons)), returned, actions))
+    for now, jobs, placed, reasons, returned, actions, state in rounds:
+        out.append((now, jobs, tuple(sorted(placed)), tuple(sorted(reasons)), returned, actions, state))
     return out
 
 
@@ -207,7 +201,7 @@ def _first_difference(a: list[Summary], b: list[Summary]) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("policy", ["fifo-mixed", "fifo", "srtf"])
+@pytest.mark.parametrize("policy", ["fifo-mixed", "fifo", "srtf", "tiresias", "ones"])
 def test_sim_and_live_decide_identically_round_by_round(sia_models: PerfModels, policy: str) -> None:
     sim_rounds, live = compare(sia_models, policy)
     assert len(sim_rounds) >= 10

@@ -3,51 +3,34 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 
 import pytest
 
-from elastisched.backends.base import BackendEvent, JobStarted
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.events import Action, ActionKind, JobFinished
 from elastisched.service.daemon import Service
 from elastisched.service.store import Store
+from fake_backend import InstantBackend
 
 
-class RecordingBackend:
+class RecordingBackend(InstantBackend):
     """Records actions, checks they were persisted first (decision, action, planned generation) and reports
     workers started, as a backend would; like every backend it never writes the store."""
 
     def __init__(self, store: Store) -> None:
+        super().__init__()
         self.store = store
         self.applied: list[Action] = []
-        self.cancelled: list[str] = []
-        self.events: list[BackendEvent] = []
 
-    def apply(self, actions: Sequence[Action]) -> None:
+    def check(self, action: Action) -> None:
         logged = self.store.events(kinds=["action"])
-        for a in actions:
-            assert any(e["job_id"] == a.job_id and e["data"]["kind"] == a.kind.value for e in logged), a
-            self.applied.append(a)
-            if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
-                assert a.launch is not None  # the action carries its launch spec: a backend never reads the store
-                gen = self.store.generations(a.job_id)[-1]
-                assert (gen["generation"], gen["state"], gen["token"]) == (a.launch.generation, "PLANNED",
-                                                                           a.launch.token)  # persisted first
-                self.events.append(JobStarted(time.time(), a.job_id, a.launch.generation))
-
-    def cancel(self, job_id: str) -> None:
-        self.cancelled.append(job_id)
-
-    def poll(self) -> list[BackendEvent]:
-        out, self.events = self.events, []
-        return out
-
-    def recover(self, generations: object = ()) -> list[BackendEvent]:
-        return []
-
-    def close(self) -> None:
-        pass
+        assert any(e["job_id"] == action.job_id and e["data"]["kind"] == action.kind.value for e in logged), action
+        self.applied.append(action)
+        if action.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
+            assert action.launch is not None
+            gen = self.store.generations(action.job_id)[-1]
+            assert (gen["generation"], gen["state"], gen["token"]) == (action.launch.generation, "PLANNED",
+                                                                       action.launch.token)  # persisted first
 
 
 def _svc(policy: str = "fifo") -> tuple[Service, Store, RecordingBackend]:

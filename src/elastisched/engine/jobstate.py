@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from elastisched.core.enums import ChangeKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, JobSpec, JobView
 from elastisched.models.application import Application, BatchConfig
 from elastisched.models.iidp.pollux import iidp_iteration_time
@@ -38,20 +39,20 @@ RECONFIGURE_COST = 0.0
 
 def same_placement(old: Allocation, new: Allocation) -> bool:
     """Whether `new` runs on exactly the GPUs of `old` (both running; order of nodes ignored)."""
-    return bool(old.placement) and (old.placement == new.placement or sorted(old.placement) == sorted(new.placement))
+    return bool(old.placement) and old.same_gpus(new)
 
 
-def change_kind(old: Allocation, new: Allocation) -> str:
+def change_kind(old: Allocation, new: Allocation) -> ChangeKind:
     """THE rule of what a change of allocation costs, for both bodies: "stop" (no GPUs), "launch" (from none),
     "reconfigure" (batch / accumulation only, same GPUs: in place, not a restart), "resize" (keeps some GPUs)
     or "restart" (none kept)."""
     if not new.placement:
-        return "stop"
+        return ChangeKind.STOP
     if not old.placement:
-        return "launch"
+        return ChangeKind.LAUNCH
     if same_placement(old, new):
-        return "reconfigure"
-    return "resize" if keeps_gpus(old, new) else "restart"
+        return ChangeKind.RECONFIGURE
+    return ChangeKind.RESIZE if keeps_gpus(old, new) else ChangeKind.RESTART
 
 
 def keeps_gpus(old: Allocation, new: Allocation) -> bool:
@@ -167,54 +168,61 @@ class JobState:
             stall = max(0.0, min(t, self.restart_until) - self.updated)
             self.restart_time += stall
             self.restart_gpu_seconds += stall * g
-            if not self.modelled:  # no model of this configuration: progress only from measurements
-                self.updated = t
-                self.view = None
-                return
-            # the work log's update written out in both loops below: a long job crosses many epochs per call
-            wbc, gt, sh, bounds = self.work_by_config, self.gpu_type, self.shape, self.bounds
-            last = len(bounds) - 1
-            if finishing:
-                progress = self.progress
-                e0 = self.epoch
-                stop = last
-                # a job that ran undisturbed finishes every epoch here: the epochs after the first are kept as
-                # a range (`work_tail`), unless one has an entry already (measured progress went back an epoch)
-                if last - e0 > 1 and self.work_tail is None and not any(
-                        k[0] == gt and k[1] == sh and e0 < k[2] < last for k in wbc):
-                    stop = e0 + 1
-                    self.work_tail = (gt, sh, e0 + 1, last, progress)
-                for e in range(e0, stop):  # the first epoch may have been begun in this configuration already
-                    key = (gt, sh, e)
-                    wbc[key] = wbc.get(key, 0.0) + (bounds[e + 1] - max(progress, bounds[e]))
-                self.progress, self.epoch = self.total, last
-                self.updated = t
-                self.view = None
-                return
-            now = max(self.updated, min(t, self.restart_until))
-            if now < t and self.epoch < last:
-                self.rate(self.epoch)  # fills self.rates
-                rates = self.rates
-                assert rates is not None
-                nr = len(rates) - 1
-                epoch, progress = self.epoch, self.progress
-                while now < t and epoch < last:
-                    r = float(rates[min(epoch, nr)])
-                    nxt = bounds[epoch + 1]
-                    need = (nxt - progress) / r if r else INF  # a zero rate never gets there (as numpy's inf)
-                    key = (gt, sh, epoch)
-                    if now + need <= t:
-                        wbc[key] = wbc.get(key, 0.0) + (nxt - progress)
-                        progress = nxt
-                        epoch += 1
-                        now += need
-                    else:
-                        wbc[key] = wbc.get(key, 0.0) + r * (t - now)
-                        progress += r * (t - now)
-                        now = t
-                self.epoch, self.progress = epoch, progress
+            # no model of this configuration: progress only from measurements
+            if self.modelled:
+                if finishing:
+                    self._finish_epochs()
+                else:
+                    self._run_epochs(t)
         self.updated = t
         self.view = None
+
+    def _finish_epochs(self) -> None:
+        """Log the work of every epoch left (the job completes now) and set progress to the total."""
+        # the work log's update written out in both loops: a long job crosses many epochs per call
+        wbc, gt, sh, bounds = self.work_by_config, self.gpu_type, self.shape, self.bounds
+        last = len(bounds) - 1
+        progress = self.progress
+        e0 = self.epoch
+        stop = last
+        # a job that ran undisturbed finishes every epoch here: the epochs after the first are kept as
+        # a range (`work_tail`), unless one has an entry already (measured progress went back an epoch)
+        if last - e0 > 1 and self.work_tail is None and not any(
+                k[0] == gt and k[1] == sh and e0 < k[2] < last for k in wbc):
+            stop = e0 + 1
+            self.work_tail = (gt, sh, e0 + 1, last, progress)
+        for e in range(e0, stop):  # the first epoch may have been begun in this configuration already
+            key = (gt, sh, e)
+            wbc[key] = wbc.get(key, 0.0) + (bounds[e + 1] - max(progress, bounds[e]))
+        self.progress, self.epoch = self.total, last
+
+    def _run_epochs(self, t: float) -> None:
+        """Progress at each epoch's modelled rate from the end of the restart window (or the last update) to
+        `t`, logging the work done per epoch."""
+        wbc, gt, sh, bounds = self.work_by_config, self.gpu_type, self.shape, self.bounds
+        last = len(bounds) - 1
+        now = max(self.updated, min(t, self.restart_until))
+        if now < t and self.epoch < last:
+            self.rate(self.epoch)  # fills self.rates
+            rates = self.rates
+            assert rates is not None
+            nr = len(rates) - 1
+            epoch, progress = self.epoch, self.progress
+            while now < t and epoch < last:
+                r = float(rates[min(epoch, nr)])
+                nxt = bounds[epoch + 1]
+                need = (nxt - progress) / r if r else INF  # a zero rate never gets there (as numpy's inf)
+                key = (gt, sh, epoch)
+                if now + need <= t:
+                    wbc[key] = wbc.get(key, 0.0) + (nxt - progress)
+                    progress = nxt
+                    epoch += 1
+                    now += need
+                else:
+                    wbc[key] = wbc.get(key, 0.0) + r * (t - now)
+                    progress += r * (t - now)
+                    now = t
+            self.epoch, self.progress = epoch, progress
 
     def tail_entries(self) -> tuple[tuple[str, tuple[int, ...]], np.ndarray, np.ndarray] | None:
         """`work_tail` as log entries: ((GPU type, shape), its epochs, the work of each), the very differences
@@ -249,13 +257,13 @@ class JobState:
         pl = alloc.placement
         self.shape = (pl[0][1],) if len(pl) == 1 else tuple([g for _, g in pl])
         gpus = alloc.gpus
-        batch = alloc.batch_size or self.spec.batch_size
+        batch = self.spec.batch_for(alloc)
         self.allocation = alloc
         kind = change_kind(old, alloc)
-        if reconfigure_cost is not None and kind == "reconfigure":
+        if reconfigure_cost is not None and kind is ChangeKind.RECONFIGURE:
             self.restart_until = max(self.restart_until, now + reconfigure_cost)
             self.launches -= 1  # not a restart (undone by the += 1 below)
-        elif resize_cost is not None and kind == "resize":
+        elif resize_cost is not None and kind is ChangeKind.RESIZE:
             # in-memory resize: survivors keep running state; a launch still in progress is not cut short
             self.restart_until = max(self.restart_until, now + resize_cost)
         else:

@@ -3,6 +3,9 @@
     snapshot → policy.schedule → placer fills open placements → invariants.check → diff → actions
              → reclaim: servers returned (the policy's choice, else THE fallback) and vacated
 
+and around the rounds a job's life: `submitted` → rounds → `ended` (finished, failed or cancelled), the one
+place that calls the policy's `on_submit` / `on_finish` hooks for both bodies (contracts: `policies.base`).
+
 The engine owns no clock and performs no side effects: the caller (simulated or real backend) builds the
 snapshot from its own state (`engine.jobstate.JobState` per job) and applies the returned actions; the rules
 around a round (reclaim fallback, vacating, admin resizes) live in `engine.reclaim`, so the two bodies cannot
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from elastisched.core.events import Action, ActionKind
-from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId
+from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId, JobSpec
 from elastisched.engine.invariants import check
 from elastisched.engine.overrides import Reclaim, choose_returned, vacate
 from elastisched.engine.placer import Changes, place_changes
@@ -35,7 +38,7 @@ class RoundResult:
 def same_allocation(a: Allocation, b: Allocation) -> bool:
     if a is b:
         return True
-    return ((a.placement == b.placement or sorted(a.placement) == sorted(b.placement)) and a.batch_size == b.batch_size
+    return (a.same_gpus(b) and a.batch_size == b.batch_size
             and a.local_batch == b.local_batch and a.accumulation == b.accumulation)
 
 
@@ -67,6 +70,26 @@ class Engine:
         self.policy = policy
         self.ctx = ctx
         self.check_invariants = check_invariants
+        self.active: set[JobId] = set()  # jobs announced by `submitted` and not `ended` since
+        self.life_events = 0  # submissions and ends passed to the policy (the service saves its state on change)
+
+    def submitted(self, spec: JobSpec, now: float) -> None:
+        """A job entered the system (the simulator: its arrival; the service: the first time the daemon sees it,
+        and every active job again after a restart). Calls `policy.on_submit` once per job and engine: a
+        repeated announcement is dropped here; one repeated across a restart is the policy's to ignore."""
+        if spec.job_id in self.active:
+            return
+        self.active.add(spec.job_id)
+        self.life_events += 1
+        self.policy.on_submit(spec, now)
+
+    def ended(self, job_id: JobId, now: float) -> None:
+        """A job left the system for good: finished, failed (no retry left) or cancelled. Calls
+        `policy.on_finish` (idempotent by contract, so a restarted service may repeat it for a job whose end
+        its saved policy state predates)."""
+        self.active.discard(job_id)
+        self.life_events += 1
+        self.policy.on_finish(job_id, now)
 
     def round(self, snap: ClusterSnapshot) -> RoundResult:
         t0 = time.perf_counter()

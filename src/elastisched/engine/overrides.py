@@ -93,8 +93,7 @@ def admin_resize(snap: ClusterSnapshot, job_id: JobId, gpus: int) -> Action | No
     cur = job.allocation
     if not cur.placement or cur.gpus == gpus:
         return None
-    types = {n.node_id: n.gpu_type for n in snap.nodes}
-    gtype = types.get(cur.placement[0][0])
+    gtype = snap.node_set.gpu_type.get(cur.placement[0][0])
     allocs = {jid: j.allocation for jid, j in snap.running_jobs().items() if jid != job_id}
     allocs[job_id] = Allocation(num_gpus=gpus, gpu_type=gtype, batch_size=cur.batch_size,
                                 local_batch=cur.local_batch)

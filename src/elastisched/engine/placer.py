@@ -18,15 +18,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from elastisched.core.errors import InvariantViolation
+from elastisched.core.nodes import NodeSet, node_set
 from elastisched.core.types import Allocation, ClusterSnapshot, JobId, JobView, KeptAllocations, NodeView
 
 
 class NodeIndex:
-    """Arrays over one node set, cached by the identity of the nodes tuple."""
+    """The placer's arrays over one node set, cached on its `core.nodes.NodeSet`."""
 
-    def __init__(self, nodes: tuple[NodeView, ...]) -> None:
-        self.nodes = nodes
-        self.pos = {n.node_id: i for i, n in enumerate(nodes)}
+    def __init__(self, node_set: NodeSet) -> None:
+        nodes = self.nodes = node_set.nodes
+        self.pos = node_set.position
         self.capacity = np.array([n.num_gpus for n in nodes], dtype=np.int64)
         self.types = np.array([n.gpu_type for n in nodes])
         self.type_masks: dict[tuple[str, ...], np.ndarray] = {}
@@ -40,16 +41,8 @@ class NodeIndex:
         return m
 
 
-_CACHE: dict[int, NodeIndex] = {}
-
-
 def node_index(nodes: tuple[NodeView, ...]) -> NodeIndex:
-    idx = _CACHE.get(id(nodes))
-    if idx is None or idx.nodes is not nodes:
-        if len(_CACHE) > 64:
-            _CACHE.clear()
-        idx = _CACHE[id(nodes)] = NodeIndex(nodes)
-    return idx
+    return node_set(nodes).derived(NodeIndex, NodeIndex)
 
 
 def place(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot) -> dict[JobId, Allocation]:
@@ -73,68 +66,92 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
     let the invariant check and the diff look at the changed jobs alone.
     """
     idx = node_index(snap.nodes)
+    if snap.node_used is None:
+        return (*_place_all(allocs, snap, idx), None)
+    if isinstance(allocs, KeptAllocations) and allocs.running is snap.running_jobs():
+        return _place_kept(allocs, snap, idx)
+    return _place_incremental(allocs, snap, idx)
+
+
+def _place_kept(allocs: KeptAllocations, snap: ClusterSnapshot, idx: NodeIndex
+                ) -> tuple[Mapping[JobId, Allocation], np.ndarray, Changes]:
+    """Every running job keeps what it holds but the released ones: only those and the added are looked at."""
+    jobs = snap.jobs
+    changes = Changes([], [])
+    todo: list[tuple[JobId, Allocation]] = []
+    free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+    for jid in allocs.released:  # (released before any is placed, as below: GPU counts add up in any order)
+        changes.released.append(jid)
+        for n, g in jobs[jid].allocation.placement:
+            i = idx.pos.get(n)
+            if i is not None:
+                free[i] += g
+    added: dict[JobId, Allocation] = {}
+    for jid, a in allocs.added.items():
+        if a.gpus <= 0:
+            continue
+        a = _fixed(jid, a, jobs.get(jid), idx, todo, free)
+        if a is not None:
+            added[jid] = a
+            changes.changed.append(jid)
+    changes.changed.extend(jid for jid, _ in todo)
+    _fill(todo, snap, idx, free, added)
+    return KeptAllocations(allocs.running, added, allocs.released), free, changes
+
+
+def _place_incremental(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, idx: NodeIndex
+                       ) -> tuple[Mapping[JobId, Allocation], np.ndarray, Changes]:
+    """From the snapshot's per-node usage: kept allocations cost nothing, changed and stopped jobs release
+    what they hold, then the changed ones are placed."""
+    jobs = snap.jobs
+    changes = Changes([], [])
     out: dict[JobId, Allocation] = {}
     todo: list[tuple[JobId, Allocation]] = []
-    incremental = snap.node_used is not None
-    jobs = snap.jobs
-    changes = Changes([], []) if incremental else None
-    if changes is not None and isinstance(allocs, KeptAllocations) and allocs.running is snap.running_jobs():
-        # every running job keeps what it holds but the released ones: only those and the added are looked at
-        free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
-        for jid in allocs.released:  # (released before any is placed, as below: GPU counts add up in any order)
-            changes.released.append(jid)
-            for n, g in jobs[jid].allocation.placement:
-                i = idx.pos.get(n)
-                if i is not None:
-                    free[i] += g
-        added: dict[JobId, Allocation] = {}
-        for jid, a in allocs.added.items():
-            if a.gpus <= 0:
-                continue
-            a = _fixed(jid, a, jobs.get(jid), idx, todo, free)
-            if a is not None:
-                added[jid] = a
-                changes.changed.append(jid)
-        changes.changed.extend(jid for jid, _ in todo)
-        _fill(todo, snap, idx, free, added)
-        return KeptAllocations(allocs.running, added, allocs.released), free, changes
-    if changes is not None:
-        free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
-        kept = 0
-        for jid, a in allocs.items():  # the common case first: a job keeps the very allocation it holds
-            job = jobs.get(jid)
-            if job is not None and a is job.allocation:
-                if a.gpus > 0:
-                    out[jid] = a
-                    kept += 1
-                continue
-            if a.gpus <= 0:
-                continue
-            a = _fixed(jid, a, job, idx, todo, free)
-            if a is not None:
+    free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+    kept = 0
+    for jid, a in allocs.items():  # the common case first: a job keeps the very allocation it holds
+        job = jobs.get(jid)
+        if job is not None and a is job.allocation:
+            if a.gpus > 0:
                 out[jid] = a
-                changes.changed.append(jid)
-        changes.changed.extend(jid for jid, _ in todo)
-        running = snap.running_jobs()
-        if kept < len(running):  # some running job changes or stops (kept ones are running ones): release
-            pos = idx.pos        # what it holds now (GPU counts add up in any order before `_fill`)
-            for jid, job in running.items():
-                if allocs.get(jid) is not job.allocation:
-                    changes.released.append(jid)
-                    for n, g in job.allocation.placement:
-                        i = pos.get(n)
-                        if i is not None:
-                            free[i] += g
-    else:
-        free = idx.capacity.copy()
-        for jid, a in allocs.items():
-            if a.gpus <= 0:
-                continue
-            a = _fixed(jid, a, jobs.get(jid), idx, todo, free)
-            if a is not None:
-                out[jid] = a
+                kept += 1
+            continue
+        if a.gpus <= 0:
+            continue
+        a = _fixed(jid, a, job, idx, todo, free)
+        if a is not None:
+            out[jid] = a
+            changes.changed.append(jid)
+    changes.changed.extend(jid for jid, _ in todo)
+    running = snap.running_jobs()
+    if kept < len(running):  # some running job changes or stops (kept ones are running ones): release
+        pos = idx.pos        # what it holds now (GPU counts add up in any order before `_fill`)
+        for jid, job in running.items():
+            if allocs.get(jid) is not job.allocation:
+                changes.released.append(jid)
+                for n, g in job.allocation.placement:
+                    i = pos.get(n)
+                    if i is not None:
+                        free[i] += g
     _fill(todo, snap, idx, free, out)
     return out, free, changes
+
+
+def _place_all(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, idx: NodeIndex
+               ) -> tuple[dict[JobId, Allocation], np.ndarray]:
+    """Without per-node usage: every allocation is placed on an empty cluster."""
+    jobs = snap.jobs
+    out: dict[JobId, Allocation] = {}
+    todo: list[tuple[JobId, Allocation]] = []
+    free = idx.capacity.copy()
+    for jid, a in allocs.items():
+        if a.gpus <= 0:
+            continue
+        a = _fixed(jid, a, jobs.get(jid), idx, todo, free)
+        if a is not None:
+            out[jid] = a
+    _fill(todo, snap, idx, free, out)
+    return out, free
 
 
 @dataclass(slots=True)

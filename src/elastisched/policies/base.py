@@ -32,7 +32,20 @@ class PolicyContext:
 
 
 class Policy:
-    """Base class with no-op hooks. Subclasses set `name`, `description`, `interval` and `schedule`."""
+    """Base class with no-op hooks. Subclasses set `name`, `description`, `interval` and `schedule`.
+
+    Hook contract (`on_submit`, `on_finish`): only the engine calls them (`engine.loop.Engine.submitted` /
+    `ended`), in both bodies, so a policy learns the same facts in the simulator and the live service:
+    - `on_submit` when a job enters the system: the simulator at its arrival, the service the first time the
+      daemon reads the job's row; before the first round that sees the job. Once per job and engine.
+    - `on_finish` when a job leaves for good: finished, failed with no retry left, or cancelled; before the
+      next round. Once per end.
+    - Both must be idempotent: a restarted service announces every active job again (`on_submit` on a
+      restored state) and ends again the jobs that ended after its saved state was taken (`on_finish`, also for
+      a job the restored state never held). A job suspended, preempted or held by its user has not ended.
+    - What a policy keeps per job (and saves in `state_dict`) is bounded by the active jobs: drop it in
+      `on_finish`. What it learns across jobs (fitted models, statistics) must be bounded by the policy itself.
+    """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -55,15 +68,19 @@ class Policy:
         raise NotImplementedError
 
     def on_submit(self, spec: JobSpec, now: float) -> None:
-        """A job arrived (called before the next round)."""
+        """A job entered the system at `now` (engine-called, before the next round; idempotent: see the class)."""
 
     def on_finish(self, job_id: JobId, now: float) -> None:
-        """A job finished (called before the next round)."""
+        """A job ended for good at `now`: finished, failed or cancelled (engine-called, before the next round;
+        idempotent, also for a job never announced: see the class)."""
 
     def state_dict(self) -> dict[str, Any]:
+        """JSON-able state the live service saves (after rounds that act and after job ends) and restores at
+        start; per-job parts hold only active jobs."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned, into a freshly constructed policy."""
         if state:
             raise ValueError(f"policy {self.name!r} keeps no state, got keys {sorted(state)}")
 

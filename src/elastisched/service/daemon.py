@@ -1,9 +1,14 @@
 """The live body: the shared engine loop on a wall clock, driving a backend, with all state in the store.
 
-One thread runs `step()`: poll the backend → settle cancels, admin resizes and reclaims → build a frozen
+One thread runs `step()`: poll the backend → apply loan offers, cancels, holds, admin resizes → build a frozen
 `ClusterSnapshot` from the store → `Engine.round` with a registered policy (the very objects the simulator
 uses) → persist the decision and actions → `backend.apply`. API threads only write requests to the store
 and wake the loop, so a slow checkpoint never blocks a request.
+
+`Service` drives rounds; the jobs around a round live beside it: what the policy sees (`live_view`), what
+the backend reports (`backend_events`), what users asked for (`user_requests`), the policy's saved state
+(`policy_state`). A job's life goes through the engine: `Engine.submitted` when the view first reads it,
+`Engine.ended` when it finishes, fails for good or is cancelled; the engine calls the policy's hooks.
 """
 
 from __future__ import annotations
@@ -16,28 +21,21 @@ from typing import Any
 
 import numpy as np
 
-from elastisched.backends.base import Backend, BackendEvent, GenerationEnded, JobHints, JobStarted, NodesChanged
+from elastisched.backends.base import Backend, BackendEvent, JobHints
 from elastisched.core.clock import Clock, WallClock
-from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished
-from elastisched.core.types import (
-    NO_ALLOCATION,
-    Allocation,
-    ClusterSnapshot,
-    JobPhase,
-    JobSpec,
-    JobView,
-    NodeView,
-    PendingReason,
-    Pool,
-)
+from elastisched.core.enums import LoanState, RequestState
+from elastisched.core.events import Action, ActionKind
+from elastisched.core.nodes import node_set
+from elastisched.core.types import ClusterSnapshot, NodeView, PendingReason, Pool
 from elastisched.engine.loop import Engine, RoundResult
-from elastisched.engine.overrides import admin_resize
-from elastisched.models.application import Application
 from elastisched.policies.base import Policy, PolicyContext
+from elastisched.service import backend_events, policy_state
 from elastisched.service.launches import Launches, in_place
-from elastisched.service.live_jobs import LiveJobs
-from elastisched.service.store import TERMINAL, Store
-from elastisched.service.submission import job_spec, placement, policy_named, stored_reason
+from elastisched.service.live_view import LiveView
+from elastisched.service.loan_offers import apply_loan_offers
+from elastisched.service.store import Store
+from elastisched.service.submission import policy_named, stored_reason
+from elastisched.service.user_requests import apply_requests
 
 log = logging.getLogger("elastisched.service")
 
@@ -64,31 +62,34 @@ class Service:
             epoch = time.time()
             store.set_meta("epoch", epoch)
         self.epoch = float(epoch)
-        self.clock: Clock = clock or WallClock(offset=time.time() - self.epoch)
-        state = store.get_meta(f"policy_state:{self.policy_name}")
-        if state:
-            try:
-                self.policy.load_state_dict(state)
-            except Exception as e:  # a policy may change its state format between versions
-                log.warning("policy state not restored: %s", e)
+        self._clock: Clock = clock or WallClock(offset=time.time() - self.epoch)
+        self.view = LiveView(store, self.engine, self._clock, self.epoch, models, profiles_dir)
+        self.jobs = self.view.jobs  # the engine's bookkeeping (JobState) per active job
+        self.profiles_dir = profiles_dir
+        policy_state.restore(store, self.engine, self.clock.now())
+        self._saved_life_events = self.engine.life_events
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._specs: dict[str, tuple[int | None, JobSpec]] = {}  # immutable but for an admin size (resize_to)
         self.min_round_gap_s = min(0.25, tick_s)  # a burst of submissions costs one round, not one each
-        self._reasons: dict[str, str | None] = {}
-        self._requests: list[dict[str, Any]] = []
-        self._perf: Any = models
-        self.profiles_dir = profiles_dir
-        self.jobs = LiveJobs(self._model_of)  # the engine's bookkeeping (JobState) per active job
+        self.reasons: dict[str, str | None] = {}  # pending reasons as last written to the store
+        self.admin_resized: dict[str, int] = {}  # job -> the admin size its move was made to (once per request)
         self._nodes: tuple[tuple[tuple[str, str, int], ...], tuple[NodeView, ...]] | None = None
-        self._apps: set[str] | None = None
         self._dirty = True
         self._last_round = -float("inf")
         self.rounds = 0
         self.round_latency_s = 0.0  # policy + engine time of the last round
         self.last_error: str | None = None
         self.on_round: Any = None  # observer of (snapshot, RoundResult), as `SimConfig.on_round`
+
+    @property
+    def clock(self) -> Clock:
+        """The service clock (seconds since the store's epoch), shared with the view."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._clock = self.view.clock = clock
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -113,6 +114,10 @@ class Service:
         self._dirty = True
         self._wake.set()
 
+    def mark_dirty(self) -> None:
+        """Something changed within the step: the next step runs a round (no wake-up of its own)."""
+        self._dirty = True
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -130,12 +135,17 @@ class Service:
     def nodes(self) -> tuple[NodeView, ...]:
         """Training nodes plus servers on loan, in loan order; the same tuple while loans do not change (the
         engine's placer and capacity caches are keyed by the tuple's identity)."""
-        key = tuple((r["node_id"], r["gpu_type"], int(r["num_gpus"])) for r in self.store.list_loans(("LOANED",)))
+        key = tuple((r["node_id"], r["gpu_type"], int(r["num_gpus"]))
+                    for r in self.store.list_loans((LoanState.LOANED,)))
         if self._nodes is None or self._nodes[0] != key:
             loaned = [NodeView(n, t, g, Pool.LOANABLE, 0) for n, t, g in key]
             self._nodes = (key, tuple(NodeView(n.node_id, n.gpu_type, n.num_gpus, n.pool, i)
                                       for i, n in enumerate((*self.base_nodes, *loaned))))
         return self._nodes[1]
+
+    def nodes_changed(self, nodes: tuple[NodeView, ...]) -> None:
+        """The backend's inventory changed (a Ray node joined or left)."""
+        self.base_nodes, self._nodes, self._dirty = nodes, None, True
 
     def step(self) -> None:
         events = self.backend.poll()
@@ -143,12 +153,12 @@ class Service:
             self._handle(events)
             if any(not isinstance(e, JobHints) for e in events):  # hints refine progress, no round of their own
                 self._dirty = True
-        self._requests = self.store.requests()
-        if self._requests:
-            self._cancels()
-            self._holds()
-            self._resizes()
-        pending_reclaims = self.store.list_reclaims(("PENDING",))
+        if apply_loan_offers(self.store):  # loan offers the API recorded (service/loan_offers.py)
+            self._dirty = True
+        requests = self.store.requests()
+        if requests:
+            apply_requests(self, requests)
+        pending_reclaims = self.store.list_reclaims((RequestState.PENDING,))
         interval = self.policy.interval
         now = self.clock.now()
         due = interval is not None and now - self._last_round >= interval
@@ -157,41 +167,12 @@ class Service:
             self._dirty = False
             self._last_round = now
             self._round(pending_reclaims)
+        if self.engine.life_events != self._saved_life_events:  # a job entered or left the policy's view
+            self._save_policy_state()
 
     def snapshot(self, nodes: tuple[NodeView, ...], reclaim_demand: int = 0) -> ClusterSnapshot:
-        """The policy's view, from the store's rows and the engine's `JobState` of each job (as the
-        simulator's: running jobs are brought up to now when the policy reads progress)."""
-        jobs: dict[str, JobView] = {}
-        rows = self.store.active_light()
-        missing = [r["id"] for r in rows if self._specs.get(r["id"], (0,))[0] != r["resize_to"]]
-        if missing:
-            raw = self.store.specs(missing)
-            for r in rows:
-                if r["id"] in raw:
-                    self._specs[r["id"]] = (r["resize_to"], job_spec(r["id"], r["name"], r["submit_time"] - self.epoch,
-                                                                     raw[r["id"]], r["resize_to"]))
-        now = self.clock.now()
-        types = {n.node_id: n.gpu_type for n in nodes}
-        fresh = self.policy.needs_progress
-        for row in rows:
-            if row["cancel_requested"] or row["held"]:
-                continue
-            jid = row["id"]
-            place = placement(row["placement"]) if row["placement"] else ()
-            st = self.jobs.sync(self._specs[jid][1], place, row["batch_size"], now, types, int(row["restarts"]))
-            if fresh and place:
-                st.advance(now)
-            jobs[jid] = st.make_view(now)
-        return ClusterSnapshot(now, nodes, jobs, reclaim_demand)
-
-    def _model_of(self, spec: JobSpec) -> Application | None:
-        """The job's own performance model, None when its application has no profile (the policy's model-free
-        fallback then applies to this job alone); the models are loaded on the first profiled job."""
-        if spec.application not in self.known_apps():
-            return None
-        perf = self.models()
-        self.engine.ctx.perf = perf
-        return perf.app(spec.application) if spec.application in perf else None
+        """The policy's view (`LiveView.snapshot`)."""
+        return self.view.snapshot(nodes, reclaim_demand)
 
     def _round(self, reclaims: list[dict[str, Any]]) -> None:
         nodes = self.nodes()
@@ -212,24 +193,27 @@ class Service:
             if a.kind is ActionKind.SUSPEND:
                 self.store.update_job(a.job_id, state="SUSPENDED", placement=[], reason=PendingReason.PREEMPTED.value)
         self._apply(actions, snap.now)
-        types = {n.node_id: n.gpu_type for n in nodes}
-        push = getattr(self.backend, "set_batch", None)  # the channel to running workers (local backend)
+        types = node_set(nodes).gpu_type
         for a in res.actions:
             if in_place(a):  # batch-only change: the workers switch at a step boundary; no relaunch, no restart
                 self.jobs.applied(a, snap.now, types)
-                if push is not None and a.allocation.batch_size:
-                    push(a.job_id, a.allocation.batch_size)
+                if a.allocation.batch_size:  # the channel to running workers (a no-op where there is none)
+                    self.backend.set_batch(a.job_id, a.allocation.batch_size)
         if reclaims:
-            with self.store.tx() as c:
-                t = time.time()
-                for n in returned:
-                    self.store.update_loan(n, conn=c, state="RETURNED", returned_at=t)
-                for r in reclaims:
-                    self.store.update_reclaim(int(r["id"]), conn=c, state="DONE", nodes=returned, done_at=t)
-                self.store.add_event(None, "nodes_returned", {"nodes": returned}, conn=c)
-            self._dirty = True
+            self._settle_reclaims(reclaims, returned)
         if actions:
             self._save_policy_state()
+
+    def _settle_reclaims(self, reclaims: list[dict[str, Any]], returned: list[str]) -> None:
+        """The servers the round returned go back to inference; the reclaims they answer are done."""
+        with self.store.tx() as c:
+            t = time.time()
+            for n in returned:
+                self.store.update_loan(n, conn=c, state=LoanState.RETURNED, returned_at=t)
+            for r in reclaims:
+                self.store.update_reclaim(int(r["id"]), conn=c, state=RequestState.DONE, nodes=returned, done_at=t)
+            self.store.add_event(None, "nodes_returned", {"nodes": returned}, conn=c)
+        self._dirty = True
 
     def _persist(self, snap: ClusterSnapshot, res: RoundResult, actions: list[Action], returned: list[str],
                  reasons: dict[str, str]) -> None:
@@ -245,151 +229,33 @@ class Service:
                     "kind": a.kind.value, "placement": [list(p) for p in a.allocation.placement],
                     "previous": [list(p) for p in a.previous.placement], "batch_size": a.allocation.batch_size},
                     conn=c)
-            changed = {jid: why for jid, why in reasons.items() if self._reasons.get(jid) != why}
+            changed = {jid: why for jid, why in reasons.items() if self.reasons.get(jid) != why}
             if changed:  # one executemany: a burst of submissions queues hundreds at once
                 self.store.set_reasons(changed, conn=c)
-                self._reasons.update(changed)
+                self.reasons.update(changed)
 
-    # ------------------------------------------------------------------ requests
-    def _cancels(self) -> None:
-        for row in self._requests:
-            if row["cancel_requested"]:
-                if row["placement"]:
-                    self.launches.stopping(row["id"])
-                    self.backend.cancel(row["id"])
-                    self._handle(self.backend.poll())
-                self.store.update_job(row["id"], state="CANCELLED", placement=[], end_time=time.time(),
-                                      reason=None)
-                self._forget(row["id"])
-                self._dirty = True
-
-    def _holds(self) -> None:
-        """User suspensions (`POST /v1/jobs/{id}:suspend`): a running job is checkpointed and stopped; a held
-        job stays out of every snapshot (no policy sees it) until `:resume` queues it again."""
-        stop = [r for r in self._requests if r["held"] and not r["cancel_requested"]
-                and (r["placement"] or r["state"] != "SUSPENDED")]
-        for row in stop:
-            place = placement(row["placement"])
-            if place:
-                prev = Allocation(placement=place, batch_size=row["batch_size"])
-                self.store.add_event(row["id"], "action", {"kind": "suspend", "placement": [],
-                                                           "previous": [list(p) for p in place], "user": True})
-                self.launches.stopping(row["id"])
-                self._apply([Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev)])
-            self.store.update_job(row["id"], state="SUSPENDED", placement=[], reason=PendingReason.HELD.value)
-            self._reasons.pop(row["id"], None)
-            self.jobs.stop(row["id"], self.clock.now())  # the held time is not service
-            self._dirty = True
-
-    def _resizes(self) -> None:
-        """Admin resizes (`POST /v1/jobs/{id}:resize`) of running jobs, through the engine (`engine.reclaim.
-        admin_resize`: its placer on the GPU type the job runs on, then the invariant check); the job then
-        stays pinned at that size. One that does not fit now waits with reason ResizePending."""
-        rows = [r for r in self._requests if r["resize_to"] and r["placement"] and not r["cancel_requested"]
-                and not r["held"] and sum(int(k) for _, k in r["placement"]) != int(r["resize_to"])]
-        if not rows:
-            return
-        nodes = self.nodes()
-        for row in rows:
-            snap = self.snapshot(nodes)
-            act = admin_resize(snap, row["id"], int(row["resize_to"]))
-            act = self.launches.plan(act) if act is not None else None
-            if act is None:
-                self.store.update_job(row["id"], reason=PendingReason.RESIZE_PENDING.value,
-                                      message=f"resize to {row['resize_to']} GPUs does not fit now")
-                continue
-            self.store.add_event(row["id"], "action", {
-                "kind": "resize", "placement": [list(p) for p in act.allocation.placement],
-                "previous": [list(p) for p in act.previous.placement], "admin": True})
-            self._apply([act], snap.now)
-            self._dirty = True
-
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------------ around a round
     def _apply(self, actions: Sequence[Action], now: float | None = None) -> None:
-        """Hand actions to the backend, apply them to the engine's bookkeeping (as the simulator does when
-        it applies them), then record at once what the backend reports (PIDs, generations stopped)."""
-        self.backend.apply(actions)
-        now = self.clock.now() if now is None else now
-        types = {n.node_id: n.gpu_type for n in self.nodes()}
-        for a in actions:
-            self.jobs.applied(a, now, types)
-        self._handle(self.backend.poll())
+        backend_events.apply_actions(self, actions, now)
 
     def _handle(self, events: Sequence[BackendEvent]) -> None:
-        for e in events:
-            try:
-                self._event(e)
-            except Exception as exc:  # one job's bad event must not stop the others (nor startup)
-                self.last_error = f"event {type(e).__name__} of {e.job_id}: {type(exc).__name__}: {exc}"
-                log.exception("handling %s failed", e)
+        backend_events.handle(self, events)
 
-    def _event(self, e: BackendEvent) -> None:
-        if isinstance(e, NodesChanged):  # a Ray node joined or left: new inventory; jobs on a lost one requeue
-            self.base_nodes, self._nodes, self._dirty = e.nodes, None, True
-            self.store.add_event(None, "nodes_changed", {"nodes": [n.node_id for n in e.nodes], "lost": list(e.lost)})
-            self._apply(self.launches.nodes_lost(set(e.lost)))
-            return
-        row = self.store.get_job(e.job_id)
-        if isinstance(e, JobStarted):
-            self.launches.started(e)
-        elif isinstance(e, GenerationEnded) and row is not None:
-            out = self.launches.ended(e, row)
-            if out.note:
-                self.store.add_event(e.job_id, out.note, {"generation": e.generation, "reason": out.message})
-            if out.relaunch is not None:
-                self._apply([out.relaunch])
-            if out.job_state is not None and row["state"] not in TERMINAL:
-                self._end(e.job_id, out.job_state, out.message)
-            return
-        if row is None or row["state"] in TERMINAL:
-            return
-        if isinstance(e, JobHints):
-            self.jobs.hinted(e, e.time - self.epoch, row)
-        elif isinstance(e, JobStarted):
-            self.jobs.generation_started(e.job_id, min(self.clock.now(), e.time - self.epoch), e.adopted)
-            self.store.update_job(e.job_id, state=JobPhase.RUNNING.value, reason=None,
-                                  start_time=row["start_time"] or time.time())
-        elif isinstance(e, JobFinished):
-            self._end(e.job_id, JobPhase.SUCCEEDED.value, None)
-        elif isinstance(e, JobFailed):
-            self._end(e.job_id, JobPhase.FAILED.value, e.reason)
-
-    def _end(self, job_id: str, state: str, message: str | None) -> None:
-        with self.store.tx() as c:
-            self.store.update_job(job_id, conn=c, state=state, placement=[], end_time=time.time(),
-                                  **({"message": message} if message else {}))
-            self.store.add_event(job_id, "finished" if state == JobPhase.SUCCEEDED else "failed",
-                                 {"reason": message} if message else {}, conn=c)
-        self._forget(job_id)
+    def forget(self, job_id: str) -> None:
+        """The job ended (finished, failed for good, cancelled): it leaves the engine and the service's caches."""
+        self.engine.ended(job_id, self.clock.now())
+        self.view.forget(job_id)
+        self.reasons.pop(job_id, None)
+        self.admin_resized.pop(job_id, None)
         self._dirty = True
 
     def models(self) -> Any:
         """The bundled profiles plus `--profiles` (built on first use: a fit per application)."""
-        if self._perf is None:
-            from elastisched.service.profiles import load_models
-
-            self._perf = load_models(self.profiles_dir)
-        return self._perf
+        return self.view.models()
 
     def known_apps(self) -> set[str]:
-        if self._apps is None:
-            if self._perf is not None:
-                self._apps = set(self._perf.apps)
-            else:
-                from elastisched.service.profiles import app_names
-
-                self._apps = app_names(self.profiles_dir)
-        return self._apps
-
-    def _forget(self, job_id: str) -> None:
-        self.jobs.forget(job_id)
-        self._specs.pop(job_id, None)
-        self._reasons.pop(job_id, None)
+        return self.view.known_apps()
 
     def _save_policy_state(self) -> None:
-        try:
-            state = self.policy.state_dict()
-            if state:
-                self.store.set_meta(f"policy_state:{self.policy_name}", state)
-        except Exception as e:  # non-JSON state: the policy restarts cold, which is allowed
-            log.debug("policy state not saved: %s", e)
+        policy_state.save(self.store, self.engine)
+        self._saved_life_events = self.engine.life_events
