@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from elastisched.backends.base import JobHints, JobStarted
+from elastisched.backends.base import BackendBase, JobHints, JobStarted
 from elastisched.core.cluster import parse_cluster
 from elastisched.policies.pollux.goodput import GoodputFunction
 from elastisched.policies.pollux.policy import PolluxPolicy
@@ -20,7 +20,7 @@ from elastisched.service.store import Store
 PROFILES = Path(__file__).with_name("data") / "profiles"
 
 
-class _Backend:
+class _Backend(BackendBase):
     """Records what the daemon asks; reports the events a test queues."""
 
     def __init__(self) -> None:

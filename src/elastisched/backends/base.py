@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
+from elastisched.core.enums import GenerationOutcome
 from elastisched.core.events import Action, JobFailed, JobFinished
 from elastisched.core.types import Allocation, JobId, NodeView
 
@@ -36,7 +38,7 @@ class JobStarted:
 # job fails with the reason, never the service); interrupted: stopped by a signal nobody asked for, after a
 # checkpoint; lost: gone without a trace while the service was down, or a stop cut short (both resume from
 # the checkpoint); stopped / cancelled: the stop the daemon asked for.
-OUTCOMES = ("succeeded", "failed", "launch_failed", "interrupted", "lost", "stopped", "cancelled")
+OUTCOMES = tuple(GenerationOutcome)  # the values, in `core.enums.GenerationOutcome` order
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +46,7 @@ class GenerationEnded:
     time: float
     job_id: JobId
     generation: int
-    outcome: str  # one of OUTCOMES
+    outcome: str  # a GenerationOutcome
     exit_codes: tuple[int | None, ...] = ()
     reason: str = ""
 
@@ -120,3 +122,32 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release resources; workers keep running (a restarted service adopts them)."""
         ...
+
+    # Optional capabilities: every backend has them; `BackendBase` gives the answer of one that lacks them.
+    def log_paths(self, job_id: JobId) -> list[Path]:
+        """The job's log files in generation, then rank order (the API's logs); [] when it keeps none."""
+        ...
+
+    def loanable(self) -> list[NodeView] | None:
+        """The real servers a loan offer may name (Ray's `loanable` pool), or None when loans are virtual
+        nodes the service names itself (`loan-<type>-<k>`, of the size the offer says)."""
+        ...
+
+    def set_batch(self, job_id: JobId, batch_size: int) -> None:
+        """Hand running workers a new global batch (an in-place change, no relaunch); a no-op where workers
+        have no such channel."""
+        ...
+
+
+class BackendBase:
+    """The defaults of the optional capabilities: no logs, virtual loans, no in-place batch channel. A backend
+    subclasses it and overrides what it can do, so the service calls every capability without probing."""
+
+    def log_paths(self, job_id: JobId) -> list[Path]:
+        return []
+
+    def loanable(self) -> list[NodeView] | None:
+        return None
+
+    def set_batch(self, job_id: JobId, batch_size: int) -> None:
+        return None

@@ -21,132 +21,32 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from elastisched.backends._faults import pause
-from elastisched.backends.base import BackendEvent, GenerationEnded, GenerationRecord, JobHints, JobStarted
+from elastisched.backends._local_procs import TOKEN, _Group, _Rank, find_by_token, free_port, start_ticks
+from elastisched.backends.base import (
+    BackendBase,
+    BackendEvent,
+    GenerationEnded,
+    GenerationRecord,
+    JobHints,
+    JobStarted,
+)
 from elastisched.backends.hints import read_hints, write_batch_target
+from elastisched.core.enums import GenerationOutcome, GenerationState
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import Allocation, NodeView
-from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, RANK, worker_envs
+from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, worker_envs
 
-TOKEN = PREFIX + "LAUNCH_TOKEN"  # marks every process of one generation (found again after a crash)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free now on loopback: one per job and generation (a shared rendezvous store couples jobs)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+__all__ = ["TOKEN", "LocalBackend", "find_by_token", "free_port", "start_ticks"]
 
 
-def start_ticks(pid: int) -> int | None:
-    """Process start time in clock ticks since boot (/proc/PID/stat field 22); None if gone.
-
-    PID + start time identifies a process across PID reuse, which a PID alone does not."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] == "Z":  # zombie: exited, waiting to be reaped
-        return None
-    return int(fields[19])
-
-
-def find_by_token(token: str) -> dict[int, tuple[int, int | None]]:
-    """Rank → (PID, start ticks) of the per-rank wrappers (process-group leaders) whose environment carries
-    `token`. Only this user's processes are readable, which are the only ones we could have started."""
-    needle = f"{TOKEN}={token}".encode() + b"\0"
-    out: dict[int, tuple[int, int | None]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read()
-            if needle not in env:
-                continue
-            with open(f"/proc/{d}/stat", encoding="utf-8") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) != int(d) or fields[0] == "Z":  # not a group leader (a worker under a wrapper), or dead
-            continue
-        rank = next((int(v.split(b"=", 1)[1]) for v in env.split(b"\0") if v.startswith(RANK.encode() + b"=")), 0)
-        out[rank] = (int(d), int(fields[19]))
-    return out
-
-
-@dataclass
-class _Rank:
-    pid: int
-    ticks: int | None
-    exit_file: Path
-    proc: subprocess.Popen[bytes] | None = None  # None when adopted after a restart
-
-    def _recorded(self) -> list[str] | None:
-        with contextlib.suppress(OSError):
-            return self.exit_file.read_text().split() or ["-9"]
-        return None
-
-    def signalled(self) -> bool:
-        """The worker exited after a SIGTERM/SIGINT (a checkpointed stop, not the end of training)."""
-        rec = self._recorded()
-        return rec is not None and len(rec) > 1
-
-    def code(self) -> int | None:
-        """Exit code when finished (-9 when gone without a code, e.g. SIGKILLed), else None."""
-        rec = self._recorded()
-        if rec is not None:
-            with contextlib.suppress(ValueError):
-                return int(rec[0])
-            return -9
-        if self.proc is not None:
-            rc = self.proc.poll()
-            if rc is None:
-                return None
-            rec = self._recorded()
-            return int(rec[0]) if rec else (rc if rc != 0 else -9)
-        if start_ticks(self.pid) == self.ticks and self.ticks is not None:
-            return None
-        return -9
-
-
-@dataclass
-class _Group:
-    job_id: str
-    generation: int
-    allocation: Allocation
-    ranks: list[_Rank]
-    devices: list[int | None] = field(default_factory=list)  # CUDA device per rank (GPU nodes)
-    stopping: bool = False
-
-    def codes(self) -> list[int | None]:
-        return [r.code() for r in self.ranks]
-
-    def signal(self, sig: int) -> None:
-        if sig == signal.SIGKILL:  # each rank leads its own session: kill its whole group
-            for r in self.ranks:
-                if r.pid > 0 and r.code() is None:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(r.pid, signal.SIGKILL)
-            return
-        for r in self.ranks:
-            if r.pid > 0 and r.code() is None:  # pid 0: a rank known only by its exit file
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(r.pid, sig)
-
-
-class LocalBackend:
+class LocalBackend(BackendBase):
     """Subprocess backend. `apply` blocks for at most `grace_s` while resized jobs checkpoint."""
 
     def __init__(self, workdir: str | os.PathLike[str], *, python: str = sys.executable, grace_s: float = 15.0,
@@ -198,19 +98,19 @@ class LocalBackend:
     # ------------------------------------------------------------------ actions
     def apply(self, actions: Sequence[Action]) -> None:
         stops = [a.job_id for a in actions if a.kind in (ActionKind.RESIZE, ActionKind.SUSPEND)]
-        done = self._stop_many(stops, outcome="stopped")
+        done = self._stop_many(stops, outcome=GenerationOutcome.STOPPED)
         for a in actions:
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
                 if a.launch is None:
                     raise ValueError(f"job {a.job_id}: {a.kind.value} action without a launch spec")
                 if a.job_id in done:  # it finished its work before the stop reached it: never run it again
-                    self._pending.append(GenerationEnded(time.time(), a.job_id, a.launch.generation, "succeeded",
-                                                         (), "finished before the resize"))
+                    self._pending.append(GenerationEnded(time.time(), a.job_id, a.launch.generation,
+                                                         GenerationOutcome.SUCCEEDED, (), "finished before the resize"))
                     continue
                 self._pending.extend(self._launch(a.job_id, a.allocation, a.launch))
 
     def cancel(self, job_id: str) -> None:
-        self._stop_many([job_id], outcome="cancelled")
+        self._stop_many([job_id], outcome=GenerationOutcome.CANCELLED)
         self._hint_pos.pop(job_id, None)
 
     def _stop_many(self, job_ids: Sequence[str], outcome: str) -> set[str]:
@@ -222,8 +122,8 @@ class LocalBackend:
         for g in groups:
             codes = g.codes()
             end = outcome
-            if outcome == "stopped" and codes[0] == 0 and not g.ranks[0].signalled():
-                end = "succeeded"
+            if outcome == GenerationOutcome.STOPPED and codes[0] == 0 and not g.ranks[0].signalled():
+                end = GenerationOutcome.SUCCEEDED
                 done.add(g.job_id)
             self._pending.append(GenerationEnded(time.time(), g.job_id, g.generation, end, tuple(codes)))
             self.groups.pop(g.job_id, None)
@@ -287,7 +187,7 @@ class LocalBackend:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(r.pid, signal.SIGKILL)
             why = f"launch of generation {gen} failed: {type(e).__name__}: {e}"[:1000]
-            return [GenerationEnded(time.time(), job_id, gen, "launch_failed", reason=why)]
+            return [GenerationEnded(time.time(), job_id, gen, GenerationOutcome.LAUNCH_FAILED, reason=why)]
         self.groups[job_id] = _Group(job_id, gen, alloc, ranks, devices)
         pause("spawned", f"{job_id}:{gen}")
         return [JobStarted(time.time(), job_id, gen, pids=tuple((r.pid, r.ticks) for r in ranks),
@@ -334,10 +234,11 @@ class LocalBackend:
         t, ok = time.time(), all(c == 0 for c in codes)
         if ok and any(r.signalled() for r in g.ranks):
             # Stopped by a signal we did not send (an operator, the OS): it checkpointed, so resume it.
-            return GenerationEnded(t, g.job_id, g.generation, "interrupted", tuple(codes), "stopped by a signal")
+            return GenerationEnded(t, g.job_id, g.generation, GenerationOutcome.INTERRUPTED, tuple(codes),
+                                   "stopped by a signal")
         if ok or (codes[0] == 0 and not g.ranks[0].signalled()):
-            return GenerationEnded(t, g.job_id, g.generation, "succeeded", tuple(codes))
-        return GenerationEnded(t, g.job_id, g.generation, "failed", tuple(codes),
+            return GenerationEnded(t, g.job_id, g.generation, GenerationOutcome.SUCCEEDED, tuple(codes))
+        return GenerationEnded(t, g.job_id, g.generation, GenerationOutcome.FAILED, tuple(codes),
                                f"generation {g.generation} exited with codes {codes}")
 
     # ------------------------------------------------------------------ restart
@@ -367,24 +268,26 @@ class LocalBackend:
             codes = g.codes()
             if not rec.keep:
                 self._stop_groups([g])
-                out.append(GenerationEnded(time.time(), jid, n, "stopped", tuple(g.codes())))
+                out.append(GenerationEnded(time.time(), jid, n, GenerationOutcome.STOPPED, tuple(g.codes())))
                 continue
             if not ranks or len(ranks) != rec.allocation.gpus:
                 # Planned but never (fully) started: stop what there is (gone before the daemon relaunches it).
                 g.signal(signal.SIGKILL)
                 self._wait_gone(g)
-                out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "never fully started"))
+                out.append(GenerationEnded(time.time(), jid, n, GenerationOutcome.LOST, tuple(codes),
+                                           "never fully started"))
                 continue
             if all(c is None for c in codes) or (any(c is None for c in codes) and not any(codes)):
                 self.groups[jid] = g
                 out.append(JobStarted(time.time(), jid, n, adopted=True, pids=tuple((r.pid, r.ticks) for r in ranks),
                                       devices=tuple(g.devices)))
                 continue
-            if rec.state == "STOPPING" or all(c == -9 for c in codes):
+            if rec.state == GenerationState.STOPPING or all(c == -9 for c in codes):
                 # Interrupted mid-stop, or killed while we were down: resume from the checkpoint.
                 g.signal(signal.SIGKILL)
                 self._wait_gone(g)
-                out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "gone while we were down"))
+                out.append(GenerationEnded(time.time(), jid, n, GenerationOutcome.LOST, tuple(codes),
+                                           "gone while we were down"))
                 continue
             out.append(self._ended(g, codes))
         return out + self.poll()

@@ -30,52 +30,31 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from elastisched.backends._ray_files import DIED, NodeLeft, exit_code, exit_files
+from elastisched.backends._ray_launch import _Group, _Rank, place_generation, start_ranks
 from elastisched.backends._ray_nodes import RayNode, parse_nodes, train_views
 from elastisched.backends.base import (
+    BackendBase,
     BackendEvent,
     GenerationEnded,
     GenerationRecord,
     JobStarted,
     NodesChanged,
 )
-from elastisched.backends.local import TOKEN, LocalBackend
+from elastisched.backends.local import LocalBackend
+from elastisched.core.enums import GenerationOutcome, GenerationState
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import Allocation, NodeView, Pool
-from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, worker_envs
 
 log = logging.getLogger("elastisched.service")
 NAMESPACE = "elastisched"
+__all__ = ["NAMESPACE", "RayBackend", "_Group", "_Rank"]
 
 
-@dataclass
-class _Rank:
-    actor: Any
-    node: str  # node name (NodeView id)
-    pid: int = 0
-    ticks: int | None = None
-
-
-@dataclass
-class _Group:
-    job_id: str
-    generation: int
-    allocation: Allocation
-    token: str
-    ranks: list[_Rank]
-    pg: Any
-    dead_since: float | None = None  # when a dead actor was first seen on a node Ray still calls alive
-    gone: set[int] = field(default_factory=set)  # ranks whose actor is gone without writing an exit file
-    killed: float | None = None  # when its surviving ranks were SIGKILLed after a peer failed
-    status: list[tuple[int | None, bool]] = field(default_factory=list)
-    asked: float = 0.0  # when Ray was last asked whether the actors live
-
-
-class RayBackend:
+class RayBackend(BackendBase):
     """Placement groups and actors on a Ray cluster. `apply` blocks for at most `grace_s` per stop."""
 
     def __init__(self, workdir: str | os.PathLike[str], *, address: str = "auto", grace_s: float = 15.0,
@@ -139,7 +118,7 @@ class RayBackend:
     # ------------------------------------------------------------------ actions
     def apply(self, actions: Sequence[Action]) -> None:
         stops = [a.job_id for a in actions if a.kind in (ActionKind.RESIZE, ActionKind.SUSPEND)]
-        self._stop_many(stops, "stopped")
+        self._stop_many(stops, GenerationOutcome.STOPPED)
         for a in actions:
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
                 if a.launch is None:
@@ -147,7 +126,7 @@ class RayBackend:
                 self._pending.append(self._launch(a.job_id, a.allocation, a.launch))
 
     def cancel(self, job_id: str) -> None:
-        self._stop_many([job_id], "cancelled")
+        self._stop_many([job_id], GenerationOutcome.CANCELLED)
         self._hints._hint_pos.pop(job_id, None)
 
     def _stop_many(self, job_ids: Sequence[str], outcome: str) -> None:
@@ -221,59 +200,19 @@ class RayBackend:
         """Placement group + actors for generation `spec.generation` (recorded by the daemon with its token).
         What cannot start ends the generation as `launch_failed` with the reason (the job fails, not us); a
         launch a node loss cut short ends as `lost` after the `NodesChanged` (the job requeues, not retried)."""
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        gen, jd, pg, ranks = spec.generation, self.job_dir(job_id), None, []
+        gen, pg, ranks = spec.generation, None, []
         names = [n for n, k in alloc.placement for _ in range(k)]
         try:
-            if left := self._left(names, force=True):  # it left since the plan: that loss, not the job's failure
-                raise NodeLeft(f"node {', '.join(left)} left the Ray cluster")
-            nodes = [self._node(n) for n in names]
-            missing = sorted({n for n, rn in zip(names, nodes, strict=True) if rn is None})
-            if missing:
-                raise RuntimeError(f"node {', '.join(missing)} is not an alive node of the Ray cluster")
-            rnodes = [n for n in nodes if n is not None]
-            bundles = [{f"gpu_{n.gpu_type}": 1.0, **({"GPU": 1.0} if n.has_cuda else {})} for n in rnodes]
-            pg = placement_group(bundles, strategy="PACK", name=f"es-{spec.token}", lifetime="detached",
-                                 bundle_label_selector=[{"ray.io/node-id": n.ray_id} for n in rnodes])
-            ready_ref, until = pg.ready(), time.monotonic() + self.ready_timeout_s
-            while not (ready := self.ray.wait([ready_ref], timeout=1.0)[0]) and time.monotonic() < until:
-                if left := self._left(names):  # a bundle's node died: it would wait forever
-                    raise NodeLeft(f"node {', '.join(left)} left the Ray cluster")
-            if not ready:
-                raise RuntimeError(f"placement group not ready after {self.ready_timeout_s:g} s "
-                                   f"(bundles {bundles} on {names})")
-            for r, n in enumerate(rnodes):
-                actor = self.runner.options(
-                    name=f"es-{spec.token}-r{r}", namespace=self.namespace, lifetime="detached",
-                    num_gpus=1 if n.has_cuda else 0,
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r),
-                ).remote()
-                ranks.append(_Rank(actor, n.name))
-            _rid, ip, port = self.ray.get(ranks[0].actor.where.remote(), timeout=self.ready_timeout_s)
-            accum = [int((alloc.accumulation or {}).get(n, 1)) for n in names]
-            envs = worker_envs(nproc=len(names), master_port=port, master_addr=ip, job_id=job_id, generation=gen,
-                               accum=accum, local_batch=alloc.local_batch, global_batch=spec.batch_size,
-                               checkpoint_dir=str(jd / "ckpt"))
-            per_node = {n: names.count(n) for n in names}
-            refs = []
-            for r, (le, rank) in enumerate(zip(envs, ranks, strict=True)):
-                env = {**le.to_env(), "LOCAL_WORLD_SIZE": str(per_node[rank.node]), **self.extra_env, **spec.env,
-                       PREFIX + "NODE": rank.node, CHECKPOINT_DIR: str(jd / "ckpt"), TOKEN: spec.token}
-                env.setdefault("OMP_NUM_THREADS", "1")
-                refs.append(rank.actor.start.remote([spec.script, *spec.args], env, str(jd),
-                                                    str(jd / "logs" / f"g{gen}-r{r}.log"),
-                                                    str(jd / "run" / f"g{gen}-r{r}.exit")))
-            for rank, (pid, ticks) in zip(ranks, self.ray.get(refs, timeout=self.ready_timeout_s), strict=True):
-                rank.pid, rank.ticks = int(pid), int(ticks)
+            pg, rnodes = place_generation(self, names, spec)
+            port = start_ranks(self, job_id, alloc, spec, pg, rnodes, ranks)
         except Exception as e:  # Ray errors, timeouts, contract errors: this job's launch, not the service
             if isinstance(e, NodeLeft) or (isinstance(e, self.ray.exceptions.RayError) and self._left(names, True)):
                 self._release(ranks, pg)  # the NodesChanged queued first requeues the job: this end is moot
-                return GenerationEnded(time.time(), job_id, gen, "lost", reason=f"launch of generation {gen}: {e}")
+                return GenerationEnded(time.time(), job_id, gen, GenerationOutcome.LOST,
+                                       reason=f"launch of generation {gen}: {e}")
             self._release(ranks, pg)
             why = f"launch of generation {gen} failed: {type(e).__name__}: {e}"[:1000]
-            return GenerationEnded(time.time(), job_id, gen, "launch_failed", reason=why)
+            return GenerationEnded(time.time(), job_id, gen, GenerationOutcome.LAUNCH_FAILED, reason=why)
         self.groups[job_id] = _Group(job_id, gen, alloc, spec.token, ranks, pg)
         return JobStarted(time.time(), job_id, gen, pids=tuple((r.pid, r.ticks) for r in ranks),
                           devices=tuple(None for _ in ranks), port=port)
@@ -344,10 +283,11 @@ class RayBackend:
         t, ok = time.time(), all(c == 0 for c in codes)
         signalled = [s for _, s in g.status] or [False] * len(codes)
         if ok and any(signalled):
-            return GenerationEnded(t, g.job_id, g.generation, "interrupted", tuple(codes), "stopped by a signal")
+            return GenerationEnded(t, g.job_id, g.generation, GenerationOutcome.INTERRUPTED, tuple(codes),
+                                   "stopped by a signal")
         if ok or (codes[0] == 0 and not signalled[0]):
-            return GenerationEnded(t, g.job_id, g.generation, "succeeded", tuple(codes))
-        return GenerationEnded(t, g.job_id, g.generation, "failed", tuple(codes),
+            return GenerationEnded(t, g.job_id, g.generation, GenerationOutcome.SUCCEEDED, tuple(codes))
+        return GenerationEnded(t, g.job_id, g.generation, GenerationOutcome.FAILED, tuple(codes),
                                f"generation {g.generation} exited with codes {codes}")
 
     # ------------------------------------------------------------------ restart
@@ -370,7 +310,8 @@ class RayBackend:
             g = _Group(jid, n, rec.allocation, rec.token, ranks, pg)
             if not rec.keep:
                 self._stop_groups([g])
-                out.append(GenerationEnded(time.time(), jid, n, "stopped", tuple(c for c, _ in g.status)))
+                out.append(GenerationEnded(time.time(), jid, n, GenerationOutcome.STOPPED,
+                                           tuple(c for c, _ in g.status)))
                 continue
             codes = self._codes(g) if ranks else []
             running = all(c is None for c in codes) or (None in codes and not any(codes))  # rank 0 may end first
@@ -383,12 +324,13 @@ class RayBackend:
                                       devices=tuple(None for _ in ranks)))
                 continue
             files = exit_files(self.job_dir(jid), n, len(names))
-            if names and all(f is not None for f in files) and rec.state != "STOPPING":
+            if names and all(f is not None for f in files) and rec.state != GenerationState.STOPPING:
                 g.status = [(exit_code(f), len(f) > 1) for f in files if f is not None]
                 out.append(self._ended(g, [c for c, _ in g.status]))
                 continue
             self._stop_groups([g])  # partly started, or gone while we were down: resume from the checkpoint
-            out.append(GenerationEnded(time.time(), jid, n, "lost", tuple(codes), "gone while the service was down"))
+            out.append(GenerationEnded(time.time(), jid, n, GenerationOutcome.LOST, tuple(codes),
+                                       "gone while the service was down"))
         return out + self.poll()
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """What every part of the command line shares: the stderr console, the error guard (a bad input is one red
 line and exit code 2, never a traceback) and the simulation progress display. Its own module so that command
-modules (`cli`, `sweep_cli`, `reproduce_cli`) use it without importing each other."""
+modules (`cli.main`, `cli.tools`, `cli.reproduce`) use it without importing each other."""
 
 from __future__ import annotations
 

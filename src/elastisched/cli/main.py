@@ -128,7 +128,7 @@ def sim_compare(workload: WorkloadOpt, out: SimOutOpt = "results/compare",
 
 def _optional_plugins() -> None:
     """Commands contributed by optional parts (training library, service). The `reproduce NAME` commands (one
-    per registered experiment) are generated on first use by `reproduce_cli.LazyExperimentGroup`."""
+    per registered experiment) are generated on first use by `cli.reproduce.LazyExperimentGroup`."""
     import importlib
 
     for module in ("elastisched.train.commands", "elastisched.cli.service"):

@@ -22,6 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
+from elastisched.service.spec_defaults import DEFAULT_BATCH_SIZE
+
 MAX_ARG_BYTES = 128 * 1024 - 1  # execve: MAX_ARG_STRLEN (128 KiB) including the terminating NUL
 MAX_ARGS_BYTES = 1 << 20  # all arguments together (ARG_MAX is 2 MiB with the environment)
 MAX_BODY_BYTES = 4 << 20
@@ -89,7 +91,7 @@ class SubmitRequest(_Model):
     gpus: Int = Field(default=1, ge=1, le=4096, description="GPUs requested (the size an inelastic policy gives)")
     min_gpus: Int | None = Field(default=None, ge=1, le=4096)
     max_gpus: Int | None = Field(default=None, ge=1, le=4096)
-    batch_size: Batch = 64
+    batch_size: Batch = DEFAULT_BATCH_SIZE
     adaptive: tuple[Batch, Batch] | None = Field(default=None, description="global batch bounds MIN,MAX")
     gpu_type: Ident | None = Field(default=None, min_length=1, max_length=64)
     duration_s: Num | None = Field(default=None, gt=0, le=1e8, description="estimate at the requested size")

@@ -1,5 +1,5 @@
-"""Read-only endpoints the dashboard (and any client) uses beyond the job API: utilisation history, what the
-scheduler has been doing, the pending-reason sentences and a job's log tail (issue 15 item 6).
+"""What the read-only dashboard endpoints (`routes/dashboard.py`) compute: utilisation history and a job's log
+tail (issue 15 item 6).
 
 Nothing here writes. The utilisation history is computed from what the store already records, so it needs no
 sampler and survives a restart: a GPU counts as busy while a worker generation holding it runs (from
@@ -11,20 +11,14 @@ exact time-weighted means, so a short burst is neither lost nor over-counted.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, status
-from fastapi import Path as PathParam
-from sqlalchemy import func, or_, select
+from sqlalchemy import or_, select
 
-from elastisched.service.api_models import JOB_ID
-from elastisched.service.auth import Principal
-from elastisched.service.daemon import Service
-from elastisched.service.reasons import EXPLAIN
-from elastisched.service.store import AmbiguousId, Store, events, generations, jobs, loans
+from elastisched.core.enums import GenerationState
+from elastisched.service.store import Store, events, generations, jobs, loans
 
 Interval = tuple[float, float, float]  # start, end, GPUs
 MAX_TAIL_FILES = 8
@@ -78,7 +72,7 @@ def utilisation(store: Store, base_gpus: int, *, now: float, window_s: float, bu
     mine: list[Interval] = []
     busy_now = 0
     for placement, t0, t1, state, who in gens:
-        if t1 is None and state == "EXITED":
+        if t1 is None and state == GenerationState.EXITED:
             continue  # ended at an unknown time (settled after a crash): not counted
         iv = (float(t0), float(t1) if t1 is not None else now, float(_gpus(placement)))
         busy_now += int(iv[2]) if t1 is None else 0
@@ -114,51 +108,3 @@ def tail_files(paths: Sequence[Path], max_bytes: int) -> list[dict[str, Any]]:
         gen, rank = (int(x[1:]) for x in p.stem.split("-"))
         out.append({"generation": gen, "rank": rank, "size": size, "truncated": size > max_bytes, "text": text})
     return out
-
-
-def add_routes(app: FastAPI, service: Service, principal: Callable[..., Any]) -> None:
-    """Register the read-only dashboard endpoints on `app`; `principal` is the API's auth dependency."""
-    store = service.store
-    me = Depends(principal)  # a default, not an Annotated alias: annotations are strings resolved at module level
-
-    @app.get("/v1/reasons", dependencies=[Depends(principal)])
-    def reasons() -> dict[str, str]:
-        """Every pending reason code with one sentence saying what it means for the job."""
-        return {str(k): v for k, v in EXPLAIN.items()}
-
-    @app.get("/v1/scheduler", dependencies=[Depends(principal)])
-    def scheduler() -> dict[str, Any]:
-        """What the scheduler has been doing: when it last ran, how many decisions changed the plan."""
-        with store.tx() as c:
-            n, last = c.execute(select(func.count(), func.max(events.c.time))
-                                .where(events.c.kind == "decision")).one()
-        ran = getattr(service, "_last_round", 0.0)
-        return {"policy": service.policy_name, "ok": service.last_error is None, "tick_s": service.tick_s,
-                "interval_s": getattr(service.policy, "interval", None),
-                "rounds": service.rounds, "round_latency_s": service.round_latency_s,
-                "last_round_ago_s": time.monotonic() - ran if ran else None,
-                "decisions": int(n), "last_decision_at": last, "now": time.time()}
-
-    @app.get("/v1/utilisation")
-    def utilisation_(window_s: Annotated[float, Query(gt=0, le=30 * 86400, allow_inf_nan=False)] = 3600.0,
-                     buckets: Annotated[int, Query(ge=1, le=2000)] = 120, who: Principal = me) -> dict[str, Any]:
-        """Busy vs total GPUs over the last `window_s` seconds (cluster-wide; `mine` for a user who is not an
-        admin: its own jobs' busy GPUs)."""
-        base = sum(n.num_gpus for n in service.base_nodes)
-        return utilisation(store, base, now=time.time(), window_s=window_s, buckets=buckets,
-                           owner=None if who.admin else who.user)
-
-    @app.get("/v1/jobs/{job_id}/log-tail")
-    def log_tail(job_id: Annotated[str, PathParam(pattern=JOB_ID)],
-                 bytes_: Annotated[int, Query(alias="bytes", ge=1, le=1 << 20)] = 32768,
-                 who: Principal = me) -> dict[str, Any]:
-        """The end of each of the job's newest log files (generation, rank), with its state and pending reason."""
-        try:
-            row = store.get_job(job_id, owner=None if who.admin else who.user)
-        except AmbiguousId as e:
-            raise HTTPException(status.HTTP_409_CONFLICT, f"job_id: {e}") from None
-        if row is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"job_id: no job {job_id!r}")
-        paths = getattr(service.backend, "log_paths", lambda _j: [])(row["id"])
-        return {"id": row["id"], "state": row["state"], "reason": row["reason"],
-                "files": tail_files(paths, bytes_)}

@@ -20,17 +20,19 @@ from typing import Any
 
 from elastisched.backends._faults import pause
 from elastisched.backends.base import GenerationEnded, GenerationRecord, JobStarted
+from elastisched.core.enums import Cause, ChangeKind, GenerationOutcome, GenerationState, LoanState
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, PendingReason
 from elastisched.engine.jobstate import change_kind
 from elastisched.service.store import ACTIVE, Store
+from elastisched.service.submission import job_spec
 
 
 def in_place(a: Action) -> bool:
     """A batch-only change on the same GPUs: not a restart (the engine's rule, as in the simulator). The live
     job keeps running; the daemon hands the new batch to the backend (`set_batch`: the local backend writes
     `batch-target.json` in the job's checkpoint dir, which the training library applies at a step boundary)."""
-    return a.kind is ActionKind.RESIZE and change_kind(a.previous, a.allocation) == "reconfigure"
+    return a.kind is ActionKind.RESIZE and change_kind(a.previous, a.allocation) is ChangeKind.RECONFIGURE
 
 
 def _placement(p: Any) -> tuple[tuple[str, int], ...]:
@@ -65,7 +67,7 @@ class Launches:
                 row = self.store.get_job(a.job_id)
                 stats = (grad or {}).get(a.job_id)
                 self.store.update_job(a.job_id, batch_size=a.allocation.batch_size)
-                self.store.add_event(a.job_id, "reconfigure", {
+                self.store.add_event(a.job_id, ChangeKind.RECONFIGURE, {
                     "batch_size": a.allocation.batch_size, "previous": a.previous.batch_size,
                     "generation": None if row is None else row["generation"],
                     "grad_stats": None if stats is None else list(stats), "source": "hints" if stats else "model"})
@@ -83,7 +85,7 @@ class Launches:
     def stopping(self, job_id: str) -> None:
         """The job's live generations are about to be stopped (a restart after a crash in between must not
         resume them as if they had been lost)."""
-        self.store.update_generation(job_id, None, state="STOPPING")
+        self.store.update_generation(job_id, None, state=GenerationState.STOPPING)
 
     def plan(self, a: Action, cause: str | None = None) -> Action | None:
         row = self.store.get_job(a.job_id)
@@ -91,19 +93,20 @@ class Launches:
             return None
         gen = int(row["generation"]) + 1
         if cause is None:
-            cause = "launch" if a.kind is ActionKind.LAUNCH else "resize"
-            if cause == "launch" and gen > 1:
-                cause = "resume"  # a suspended (preempted / reclaimed) job continues from its checkpoint
-        batch = a.allocation.batch_size or row["spec"].get("batch_size")
+            cause = Cause.LAUNCH if a.kind is ActionKind.LAUNCH else Cause.RESIZE
+            if cause == Cause.LAUNCH and gen > 1:
+                cause = Cause.RESUME  # a suspended (preempted / reclaimed) job continues from its checkpoint
+        batch = job_spec(row["id"], row["name"], row["submit_time"], row["spec"]).batch_for(a.allocation)
         placement = [[n, k] for n, k in a.allocation.placement]
         token = secrets.token_hex(16)
         with self.store.tx() as c:
             if a.kind is ActionKind.RESIZE:
-                self.store.update_generation(a.job_id, None, conn=c, state="STOPPING")
+                self.store.update_generation(a.job_id, None, conn=c, state=GenerationState.STOPPING)
             self.store.add_generation(c, a.job_id, gen, cause=cause, placement=placement, batch_size=batch,
                                       token=token)
             self.store.update_job(a.job_id, conn=c, generation=gen, placement=placement, batch_size=batch,
-                                  restarts=int(row["restarts"]) + (cause != "launch"), state=JobPhase.RESTARTING.value)
+                                  restarts=int(row["restarts"]) + (cause != Cause.LAUNCH),
+                                  state=JobPhase.RESTARTING.value)
             self.store.add_event(a.job_id, cause, {"generation": gen, "placement": placement, "batch_size": batch},
                                  conn=c)
         spec = LaunchSpec(script=row["script"], args=tuple(row["args"]), generation=gen, cause=cause, token=token,
@@ -111,7 +114,7 @@ class Launches:
         return Action(a.kind, a.job_id, a.allocation, a.previous, spec)
 
     def started(self, e: JobStarted) -> None:
-        fields: dict[str, Any] = {"state": "RUNNING", "pids": [list(p) for p in e.pids],
+        fields: dict[str, Any] = {"state": GenerationState.RUNNING, "pids": [list(p) for p in e.pids],
                                   "devices": list(e.devices) if e.devices else None}
         if not e.adopted:
             fields |= {"started_at": e.time, "port": e.port}
@@ -120,25 +123,27 @@ class Launches:
             self.store.add_event(e.job_id, "adopted", {"generation": e.generation, "pids": fields["pids"]})
 
     def ended(self, e: GenerationEnded, row: dict[str, Any]) -> Outcome:
-        self.store.update_generation(e.job_id, e.generation, state="EXITED", exit_codes=list(e.exit_codes),
-                                     outcome=e.outcome, ended_at=e.time)
+        self.store.update_generation(e.job_id, e.generation, state=GenerationState.EXITED,
+                                     exit_codes=list(e.exit_codes), outcome=e.outcome, ended_at=e.time)
         pause("ended", f"{e.job_id}:{e.generation}:{e.outcome}")  # crash-test hook (backends/_faults.py)
-        if e.generation != int(row["generation"]) or e.outcome in ("stopped", "cancelled"):
+        stopped = e.outcome in (GenerationOutcome.STOPPED, GenerationOutcome.CANCELLED)
+        if e.generation != int(row["generation"]) or stopped:
             return Outcome()  # a superseded generation, or a stop we asked for
-        if e.outcome == "succeeded":
+        if e.outcome == GenerationOutcome.SUCCEEDED:
             return Outcome(JobPhase.SUCCEEDED.value)
-        if e.outcome == "launch_failed" or row["cancel_requested"] or row["held"]:
-            return Outcome(JobPhase.FAILED.value if e.outcome == "launch_failed" else None, e.reason or None)
+        if e.outcome == GenerationOutcome.LAUNCH_FAILED or row["cancel_requested"] or row["held"]:
+            failed = e.outcome == GenerationOutcome.LAUNCH_FAILED
+            return Outcome(JobPhase.FAILED.value if failed else None, e.reason or None)
         alloc = Allocation(placement=_placement(row["placement"]), batch_size=row["batch_size"])
         if not alloc.placement:
             return Outcome()
-        if e.outcome == "failed":
+        if e.outcome == GenerationOutcome.FAILED:
             if int(row["retries"]) >= self.max_retries:
                 return Outcome(JobPhase.FAILED.value, e.reason or f"generation {e.generation} failed")
             self.store.update_job(e.job_id, retries=int(row["retries"]) + 1)
-            act = self.plan(Action(ActionKind.LAUNCH, e.job_id, alloc, NO_ALLOCATION), cause="retry")
+            act = self.plan(Action(ActionKind.LAUNCH, e.job_id, alloc, NO_ALLOCATION), cause=Cause.RETRY)
             return Outcome(relaunch=act, note="retried", message=e.reason)
-        act = self.plan(Action(ActionKind.LAUNCH, e.job_id, alloc, NO_ALLOCATION), cause="resume")
+        act = self.plan(Action(ActionKind.LAUNCH, e.job_id, alloc, NO_ALLOCATION), cause=Cause.RESUME)
         return Outcome(relaunch=act, note="resumed", message=e.reason)
 
     def unsettled(self) -> list[GenerationEnded]:
@@ -153,7 +158,7 @@ class Launches:
         out = []
         for row in self.store.list_jobs(ACTIVE):
             g = latest.get(row["id"])
-            if g is not None and g["state"] == "EXITED" and g["outcome"] and row["placement"] \
+            if g is not None and g["state"] == GenerationState.EXITED and g["outcome"] and row["placement"] \
                     and int(g["generation"]) == int(row["generation"]):
                 out.append(GenerationEnded(float(g["ended_at"] or 0.0), row["id"], int(g["generation"]), g["outcome"],
                                            tuple(g["exit_codes"] or ()), "ended before a crash"))
@@ -176,9 +181,9 @@ class Launches:
                 prev = Allocation(placement=place, batch_size=row["batch_size"])
                 out.append(Action(ActionKind.SUSPEND, row["id"], NO_ALLOCATION, prev))
         with self.store.tx() as c:
-            for loan in self.store.list_loans(("LOANED",)):
+            for loan in self.store.list_loans((LoanState.LOANED,)):
                 if loan["node_id"] in lost:  # a loaned server that died is not coming back
-                    self.store.update_loan(loan["node_id"], conn=c, state="RETURNED", returned_at=time.time())
+                    self.store.update_loan(loan["node_id"], conn=c, state=LoanState.RETURNED, returned_at=time.time())
         return out
 
     def records(self) -> list[GenerationRecord]:
@@ -188,7 +193,7 @@ class Launches:
             row = self.store.get_job(g["job_id"])
             keep = (row is not None and row["state"] in ACTIVE and not row["cancel_requested"] and not row["held"]
                     and int(row["generation"]) == int(g["generation"]) and bool(row["placement"])
-                    and g["state"] != "STOPPING")  # a stop we asked for and a crash cut off: finish it
+                    and g["state"] != GenerationState.STOPPING)  # a stop we asked for and a crash cut off: finish it
             alloc = Allocation(placement=_placement(g["placement"]), batch_size=g["batch_size"])
             out.append(GenerationRecord(g["job_id"], int(g["generation"]), g.get("token") or "", alloc, g["state"],
                                         tuple((int(p), t) for p, t in g["pids"] or ()), tuple(g["devices"] or ()),

@@ -18,7 +18,7 @@ from typing import Any
 
 from elastisched.backends.base import JobHints
 from elastisched.core.events import Action
-from elastisched.core.types import NO_ALLOCATION, Allocation, JobSpec
+from elastisched.core.types import NO_ALLOCATION, Allocation, JobSpec, same_gpus
 from elastisched.engine.jobstate import JobState, new_state
 from elastisched.models.application import Application
 
@@ -47,7 +47,7 @@ class LiveJobs:
         elif st.spec != spec:  # an admin resize pinned its size
             st.spec = spec
             st.view = None
-        if sorted(st.allocation.placement) != sorted(place):
+        if not same_gpus(st.allocation.placement, place):
             began, adopted = self.started.get(jid, (now, True))
             t = min(max(began, st.updated), now) if place else now
             st.advance(t)

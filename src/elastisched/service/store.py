@@ -33,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
+from elastisched.core.enums import GenerationState, LoanState, RequestState
 from elastisched.service.tables import (
     ACTIVE,
     LEGACY_STATES,
@@ -261,13 +262,13 @@ class Store:
     # ------------------------------------------------------------------ generations
     def add_generation(self, conn: Connection, job_id: str, generation: int, **fields: Any) -> None:
         conn.execute(insert(generations).values(job_id=job_id, generation=generation, planned_at=time.time(),
-                                                pids=[], state="PLANNED", **fields))
+                                                pids=[], state=GenerationState.PLANNED, **fields))
 
     def update_generation(self, job_id: str, generation: int | None, conn: Connection | None = None,
                           **fields: Any) -> None:
         """Update one generation, or (generation None) every live (not EXITED) generation of the job."""
         where = generations.c.job_id == job_id
-        live = generations.c.state != "EXITED"
+        live = generations.c.state != GenerationState.EXITED
         where &= (generations.c.generation == generation) if generation is not None else live
         if conn is not None:
             conn.execute(update(generations).where(where).values(**fields))
@@ -280,20 +281,24 @@ class Store:
         if job_id is not None:
             q = q.where(generations.c.job_id == job_id)
         if live:
-            q = q.where(generations.c.state != "EXITED")
+            q = q.where(generations.c.state != GenerationState.EXITED)
         with self.tx() as c:
             return [_row(r) for r in c.execute(q)]
 
     # ------------------------------------------------------------------ loans and reclaims
-    def add_loans(self, nodes: Sequence[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    def add_loans(self, nodes: Sequence[tuple[str, str, int]], conn: Connection | None = None
+                  ) -> list[dict[str, Any]]:
+        """Lend `nodes` (id, GPU type, GPUs) now, each with its `loan_offered` event; the rows as written."""
+        if conn is None:
+            with self.tx() as c:
+                return self.add_loans(nodes, c)
         now = time.time()
-        with self.tx() as c:
-            for node_id, gpu_type, n in nodes:
-                c.execute(insert(loans).values(node_id=node_id, gpu_type=gpu_type, num_gpus=n, state="LOANED",
-                                               offered_at=now))
-                self._event(c, now, None, "loan_offered", {"node": node_id, "gpus": n, "gpu_type": gpu_type})
-            ids = [n for n, _, _ in nodes]
-            return [_row(r) for r in c.execute(select(loans).where(loans.c.node_id.in_(ids)))]
+        for node_id, gpu_type, n in nodes:
+            conn.execute(insert(loans).values(node_id=node_id, gpu_type=gpu_type, num_gpus=n, state=LoanState.LOANED,
+                                              offered_at=now))
+            self._event(conn, now, None, "loan_offered", {"node": node_id, "gpus": n, "gpu_type": gpu_type})
+        ids = [n for n, _, _ in nodes]
+        return [_row(r) for r in conn.execute(select(loans).where(loans.c.node_id.in_(ids)))]
 
     def list_loans(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
         q = select(loans).order_by(loans.c.offered_at, loans.c.node_id)
@@ -317,7 +322,8 @@ class Store:
     def add_reclaim(self, count: int, deadline: float) -> dict[str, Any]:
         now = time.time()
         with self.tx() as c:
-            rid = c.execute(insert(reclaims).values(count=count, deadline=deadline, state="PENDING", nodes=[],
+            rid = c.execute(insert(reclaims).values(count=count, deadline=deadline, state=RequestState.PENDING,
+                                                    nodes=[],
                                                     created_at=now)).inserted_primary_key[0]
             self._event(c, now, None, "reclaim_requested", {"reclaim": rid, "count": count, "deadline": deadline})
             return _row(c.execute(select(reclaims).where(reclaims.c.id == rid)).one())

@@ -1,5 +1,6 @@
-"""The service's conversions, each in one place: a stored submission into the `JobSpec` a policy sees, a
-policy name into a policy, a policy's pending reason into the stored vocabulary (`PendingReason`)."""
+"""The service's conversions, each in one place: a stored submission into the `JobSpec` a policy sees (with the
+defaults of `spec_defaults`), a policy name into a policy, a policy's pending reason into the stored
+vocabulary (`PendingReason`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from elastisched.core.errors import UnknownPolicyError
 from elastisched.core.types import JobSpec, PendingReason
 from elastisched.engine.overrides import pin
 from elastisched.policies.base import Policy, make_policy
+from elastisched.service.spec_defaults import DEFAULT_BATCH_SIZE, gpu_bounds
 
 
 def placement(p: Sequence[Sequence[Any]]) -> tuple[tuple[str, int], ...]:
@@ -19,13 +21,17 @@ def placement(p: Sequence[Sequence[Any]]) -> tuple[tuple[str, int], ...]:
 
 def job_spec(job_id: str, name: str, submit_time: float, s: dict[str, Any], resize_to: int | None = None) -> JobSpec:
     """The one conversion of a stored submission (the spec dict the API wrote) into the JobSpec a policy sees;
-    the simulator's drift twin builds its jobs with it too. No defaults of its own beyond the request's: no
-    duration stays None (a policy's model-free fallback owns that default). An admin resize pins the size."""
+    the simulator's drift twin builds its jobs with it too. Its size range follows `gpu_bounds` and its batch
+    defaults to `DEFAULT_BATCH_SIZE`; a spec that does not say whether it is elastic is so when that range is
+    wider than one size. No duration stays None (a policy's model-free fallback owns that default). An admin
+    resize pins the size."""
     n = int(s["num_gpus"])
+    lo, hi = gpu_bounds(n, s.get("min_gpus"), s.get("max_gpus"))
+    elastic = bool(s["elastic"]) if "elastic" in s else hi > lo
     spec = JobSpec(job_id=job_id, submit_time=submit_time, application=str(s.get("application") or name),
-                   num_gpus=n, batch_size=int(s.get("batch_size") or 1), min_gpus=int(s.get("min_gpus") or n),
-                   max_gpus=int(s.get("max_gpus") or n), elastic=bool(s.get("elastic")),
-                   gpu_types=tuple(s.get("gpu_types") or ()), work_scale=float(s.get("work_scale") or 1.0),
+                   num_gpus=n, batch_size=int(s.get("batch_size") or DEFAULT_BATCH_SIZE), min_gpus=int(lo),
+                   max_gpus=int(hi), elastic=elastic, gpu_types=tuple(s.get("gpu_types") or ()),
+                   work_scale=float(s.get("work_scale") or 1.0),
                    duration=float(s["duration"]) if s.get("duration") else None)
     return pin(spec, int(resize_to)) if resize_to else spec
 

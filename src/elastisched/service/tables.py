@@ -88,6 +88,18 @@ reclaims = Table(
     Column("done_at", Float),
 )
 
+# Loan offers the API recorded for the daemon to apply (it alone writes `loans`): `nodes` to lend anew
+# ([[node_id, gpu_type, gpus], ...]) and `again`, lent before and returned since, to lend once more.
+loan_offers = Table(
+    "loan_offers", meta,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("nodes", JSON, nullable=False),
+    Column("again", JSON, nullable=False),
+    Column("state", String(16), nullable=False, index=True),  # PENDING | DONE
+    Column("created_at", Float, nullable=False),
+    Column("done_at", Float),
+)
+
 kv = Table(
     "meta", meta,
     Column("key", String(64), primary_key=True),
