@@ -77,7 +77,7 @@ def bench(num_jobs: int, gpus: int, rounds: int) -> dict[str, Any]:
         t = time.perf_counter()
         pol.schedule(snap, ctx)
         samples.append(time.perf_counter() - t)
-    return {"jobs": num_jobs, "gpus": gpus, "population": pol.k,
+    return {"jobs": num_jobs, "gpus": gpus, "population": pol.opts.population,
             "round_ms_median": 1000 * statistics.median(samples), "round_ms_max": 1000 * max(samples),
             "generation_ms_median": 1000 * statistics.median(gen)}
 

@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 import scipy.optimize
 
+from elastisched.models.throughput import PolluxParams
 from elastisched.policies.pollux.goodput import (
     GoodputFunction,
-    PerfParams,
     _objective,
     fit_perf_params,
     speedup_table,
 )
 
-P = PerfParams(alpha_c=0.1, beta_c=0.01, alpha_n=0.2, beta_n=0.01, alpha_r=0.05, beta_r=0.005, gamma=1.5)
+P = PolluxParams(alpha_c=0.1, beta_c=0.01, alpha_n=0.2, beta_n=0.01, alpha_r=0.05, beta_r=0.005, gamma=1.5)
 
 
-def hand_step(p: PerfParams, nodes: int, reps: int, atomic: int, accum: int) -> float:
+def hand_step(p: PolluxParams, nodes: int, reps: int, atomic: int, accum: int) -> float:
     ta = p.alpha_c + p.beta_c * atomic
     if nodes > 1:
         tn = p.alpha_n + p.beta_n * max(reps - 2, 1e-8)
@@ -31,7 +31,7 @@ def hand_step(p: PerfParams, nodes: int, reps: int, atomic: int, accum: int) -> 
     return accum * ta + (ta**p.gamma + tn**p.gamma) ** (1 / p.gamma)
 
 
-def hand_goodput(p: PerfParams, sqr: float, var: float, m0: int, nodes: int, reps: int, atomic: int,
+def hand_goodput(p: PolluxParams, sqr: float, var: float, m0: int, nodes: int, reps: int, atomic: int,
                  accum: int) -> float:
     m = reps * atomic * (accum + 1)
     s = m / m0
@@ -136,7 +136,7 @@ def test_fit_priors_pin_what_the_observations_cannot_identify() -> None:
 
 
 def test_fit_recovers_known_parameters() -> None:
-    true = PerfParams(0.08, 0.004, 0.3, 0.02, 0.06, 0.01, 2.0)
+    true = PolluxParams(0.08, 0.004, 0.3, 0.02, 0.06, 0.01, 2.0)
     grid = [(n, r, b) for n, r in [(1, 1), (1, 2), (1, 4), (2, 8), (4, 16), (3, 12)] for b in (32, 64, 128)]
     nodes, reps, bsz = (np.array([g[i] for g in grid], dtype=float) for i in range(3))
     fn = GoodputFunction(true, 1.0, 0.0, 1)

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from elastisched.models import PerfModels
-from elastisched.models.iidp.config import IIDPSolver, choose_config
+from elastisched.models.iidp.config import IIDPSolver, ServerSpec, choose_config
 from elastisched.models.iidp.pollux import PolluxIIDP, iidp_iteration_time
-from elastisched.models.iidp.profiles import ServerSpec
 
 SIA = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia" / "traces"
 needs_sia = pytest.mark.skipif(not SIA.is_dir() and os.environ.get("CI") != "true", reason="Sia traces not found")

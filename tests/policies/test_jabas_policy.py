@@ -22,7 +22,7 @@ from elastisched.core.types import (
 from elastisched.engine.invariants import check
 from elastisched.models import PerfModels
 from elastisched.policies.base import PolicyContext
-from elastisched.policies.jabas.autoscale import count_candidates, type_price
+from elastisched.policies.jabas.autoscale import count_candidates, gpu_price_per_hour, type_price
 from elastisched.policies.jabas.policy import JabasPolicy, epoch_fraction
 from elastisched.policies.jabas.similarity import (
     AdaptiveBatchingConfig,
@@ -66,6 +66,14 @@ def test_gbs_schedule_follows_similarity(models: PerfModels) -> None:
     assert gbs > 128
     sims = [expected_cosine_similarity(trace.stats(g, 60), g) for g in (gbs / 1.3, gbs * 1.3)]
     assert gbs == cfg.upper_bound or sims[0] < 0.1 < sims[1] or sims[1] < 0.1
+
+
+def test_price_model() -> None:
+    """The release's price: $3.06 per V100-hour, proportional to TFLOPS; unknown types priced as a V100."""
+    assert gpu_price_per_hour(14.13) == pytest.approx(3.06)
+    assert gpu_price_per_hour(35.58) == pytest.approx(7.70, abs=0.01)
+    assert type_price("t4") == pytest.approx(3.06 * 8.14 / 14.13)
+    assert type_price("unknown-gpu") == pytest.approx(3.06)
 
 
 def test_count_candidates() -> None:

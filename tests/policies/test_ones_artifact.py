@@ -4,6 +4,8 @@ differ from the `faithful` preset, so the test fails if the rule is lost."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,7 @@ def _job(jid: str, req: int, gpus: int, epochs: float, ran: bool | None = None, 
 
 def _caps(pol: OnesPolicy, jobs: list[JobView], c: int) -> np.ndarray:
     sts = [pol._observe(j) for j in jobs]
-    executed = np.array([s["e"] >= 1 for s in sts])
+    executed = np.array([s.e >= 1 for s in sts])
     return pol._caps(jobs, sts, executed, c, [])[0]
 
 
@@ -39,10 +41,10 @@ def _wire(pol: OnesPolicy, nodes: int, per: int = 4) -> None:
 
 def test_artifact_preset_sets_every_rule() -> None:
     art = OnesPolicy("artifact", bootstrap=False)
-    assert PRESETS["artifact"]["throughput_limit"] is False and not art.throughput_limit  # A16 off
-    assert art.artifact_gate and art.once_per_epoch and art.keep_first
-    assert art.scale_in_mode == "every" and art.delta_reset == "all" and not art.restart_aware
-    assert art.epoch_clock == "epochs" and OnesPolicy("faithful", bootstrap=False).epoch_clock == "progress"
+    assert PRESETS["artifact"]["throughput_limit"] is False and not art.opts.throughput_limit  # A16 off
+    assert art.opts.artifact_scale_gate and art.opts.double_once_per_epoch and art.opts.refresh_keep_first
+    assert art.opts.scale_in == "every" and art.opts.delta_reset == "all" and not art.opts.restart_aware
+    assert art.opts.delta_clock == "epochs" and OnesPolicy("faithful", bootstrap=False).opts.delta_clock == "progress"
 
 
 def test_at_most_one_doubling_per_epoch() -> None:
@@ -51,14 +53,14 @@ def test_at_most_one_doubling_per_epoch() -> None:
                                                                         artifact_scale_gate=True)
     for pol in (art, faithful):
         _caps(pol, [_job("a", 4, 1, 1.2)], 64)  # 1 -> 2
-        assert pol.js["a"]["max_size"] == 2
+        assert pol.js["a"].max_size == 2
     # later in the same epoch (1.7) the job already runs at 2: by hand, the artifact may not double again
     # until epoch 2; the faithful preset's artifact gate alone would double to 4 now
     _caps(art, [_job("a", 4, 2, 1.7)], 64)
     _caps(faithful, [_job("a", 4, 2, 1.7)], 64)
-    assert art.js["a"]["max_size"] == 2 and faithful.js["a"]["max_size"] == 4
+    assert art.js["a"].max_size == 2 and faithful.js["a"].max_size == 4
     caps = _caps(art, [_job("a", 4, 2, 2.1)], 64)  # epoch 2 completed: one more doubling, 2 -> 4
-    assert art.js["a"]["max_size"] == 4 and caps[0] == 4
+    assert art.js["a"].max_size == 4 and caps[0] == 4
 
 
 def test_no_throughput_limit() -> None:
@@ -69,14 +71,14 @@ def test_no_throughput_limit() -> None:
         pol.thr.observe("a", 4, 400.0)
         pol.thr.observe("a", 8, 300.0)
         pol._observe(jobs[0])
-        pol.js["a"].update(max_size=8, last_change=0.0)
+        pol.js["a"].max_size, pol.js["a"].last_change = 8, 0.0
     lim = art._caps(jobs, [art.js["a"]], np.array([True]), 64, [], None)  # the artifact passes no limit
     from elastisched.policies.ones.ops import scaling_limit
     pts = faithful.thr.tables(["a"])
     limited = faithful._caps(jobs, [faithful.js["a"]], np.array([True]), 64, [], scaling_limit(*pts))
     # by hand: 8 >= max_size 8 and the gate is open, so max_size doubles to 16 and the cap is min(16, 4*4) = 16;
     # with A16 the cap is the best observed count, 4
-    assert lim[0][0] == 16 and art.js["a"]["max_size"] == 16
+    assert lim[0][0] == 16 and art.js["a"].max_size == 16
     assert limited[0][0] == 4
 
 
@@ -91,14 +93,14 @@ def test_scale_in_halves_every_unthrottled_update() -> None:
         pol = OnesPolicy(preset, bootstrap=False)
         _wire(pol, 2)
         sts = [pol._observe(run), pol._observe(w)]
-        sts[1].update(resume=8, max_size=8, ran=True)
+        sts[1].resume, sts[1].max_size, sts[1].ran = 8, 8, True
         got = []
         for _ in range(3):  # three iterations, nothing throttled (r was placed >= 1 epoch ago)
             pol._deploy(snap, [run, w], sts, cur, cur.copy(), np.array([3.0, 3.0]), np.array([True, True]))
-            got.append(sts[1]["resume"])
+            got.append(sts[1].resume)
         # by hand: the artifact halves 8 -> 4 -> 2 -> 1; our A15 reading halves only when another job starts
         assert got == want, preset
-        assert sts[1]["max_size"] == want[-1]
+        assert sts[1].max_size == want[-1]
 
 
 def test_delta_clock_reset_for_every_job_of_a_new_schedule() -> None:
@@ -111,21 +113,21 @@ def test_delta_clock_reset_for_every_job_of_a_new_schedule() -> None:
         pol = OnesPolicy(preset, bootstrap=False)
         _wire(pol, 2)
         sts = [pol._observe(a), pol._observe(b)]
-        sts[0]["last_placed"] = 1.5
+        sts[0].last_placed = 1.5
         pol._deploy(snap, [a, b], sts, cur, best, np.array([3.0, 0.0]), np.array([True, False]))
         # by hand: a new schedule was deployed (b started), so the artifact stamps a's clock with its 3.0 epochs
-        assert sts[0]["last_placed"] == want, preset
-        assert sts[1]["last_placed"] == 0.0
+        assert sts[0].last_placed == want, preset
+        assert sts[1].last_placed == 0.0
         if preset == "artifact":  # the artifact's own clock: a's count (1 + 3 epochs) becomes its stamp
-            assert (sts[0]["ce"], sts[0]["stamp"]) == (4, 4)
+            assert (sts[0].ce, sts[0].stamp) == (4, 4)
     # and when nothing is deployed no clock moves
     pol = OnesPolicy("artifact", bootstrap=False)
     _wire(pol, 2)
     sts = [pol._observe(a)]
-    sts[0]["last_placed"] = 1.5
+    sts[0].last_placed = 1.5
     pol._deploy(ClusterSnapshot(10.0, nodes, {"a": a}), [a], sts, cur, cur.copy(), np.array([3.0]),
                 np.array([True]))
-    assert sts[0]["last_placed"] == 1.5
+    assert sts[0].last_placed == 1.5
 
 
 def test_refresh_keeps_the_first_gene_of_a_cap_0_job() -> None:
@@ -146,7 +148,7 @@ def test_artifact_preset_refresh_in_a_generation() -> None:
     for preset in ("artifact", "faithful"):
         pol = OnesPolicy(preset, bootstrap=False, population=2, theta=0.0)
         pol.pop = np.array([[1, 0, 0, E], [1, 0, 0, E]])
-        parents = trim_to_caps(pol.pop, np.array([2, 0]), pol.keep_first)
+        parents = trim_to_caps(pol.pop, np.array([2, 0]), pol.opts.refresh_keep_first)
         kept[preset] = int((parents == 1).sum())
     assert kept == {"artifact": 2, "faithful": 0}
 
@@ -199,7 +201,7 @@ def _round(pol: OnesPolicy, views: list[JobView], best: list[int]) -> dict[str, 
     nodes = tuple(NodeView(f"n{i}", "t4", 4, index=i) for i in range(pol.capacity // 4))
     snap = ClusterSnapshot(0.0, nodes, {v.job_id: v for v in views})
     sts = [pol._observe(v) for v in views]
-    e = np.array([st["e"] for st in sts])
+    e = np.array([st.e for st in sts])
     pol._deploy(snap, views, sts, cur, np.array(best), e, e >= 1.0)
     return {k: list(v) for k, v in pol.slots.items()}
 
@@ -235,7 +237,7 @@ def test_fresh_job_is_stamped_before_its_initial_evaluation() -> None:
         assert pol.slots["b"] == [4, 5]
         got[clock] = _round(pol, [_view("b", 0.3, [4, 5])], [0, 0, E, E, E, E, E, E])["b"]  # best moves b to n0
         if clock == "epochs":
-            assert (pol.js["b"]["ce"], pol.js["b"]["stamp"]) == (1, 1)  # moved: restamped with its count
+            assert (pol.js["b"].ce, pol.js["b"].stamp) == (1, 1)  # moved: restamped with its count
     assert got == {"epochs": [0, 1], "progress": [4, 5]}
 
 
@@ -249,17 +251,44 @@ def test_own_change_restarts_the_epoch() -> None:
     assert r1["a"] == [0, 1, 2, 3]
     st = pol.js["a"]
     # by hand: count 1 + 3 = 4; the cut epoch ran 0.3 < half, so it does not count; the new epoch starts at 3.3
-    assert (st["ce"], st["origin"], st["stamp"]) == (4, 3.3, 4)
+    assert (st.ce, st.origin, st.stamp) == (4, 3.3, 4)
     assert _round(pol, [_view("a", 4.1, [0, 1, 2, 3])], [0, 0, E, E, E, E, E, E])["a"] == [0, 1, 2, 3]
     assert _round(pol, [_view("a", 4.35, [0, 1, 2, 3])], [0, 0, E, E, E, E, E, E])["a"] == [0, 1]
     # that shrink cut the epoch begun at 4.3 after 0.05 (< half): no count; begun anew at 4.35, stamped 5
-    assert (st["ce"], st["stamp"]) == (5, 5)
+    assert (st.ce, st.stamp) == (5, 5)
     # a cut of at least half an epoch counts (the worker evaluates it: num_samples·size·2 ≥ epoch_size): at 5.95
     # the epoch begun at 4.35 has ended (count 6) and the one begun at 5.35 is 0.6 done: the growth makes it 7
     assert _round(pol, [_view("a", 5.95, [0, 1])], [0, 0, 0, 0, E, E, E, E])["a"] == [0, 1, 2, 3]
-    assert (st["ce"], st["origin"], st["stamp"]) == (7, 5.95, 7)
+    assert (st.ce, st.origin, st.stamp) == (7, 5.95, 7)
 
 
 def test_delta_clock_option_is_checked() -> None:
     with pytest.raises(ConfigError, match="delta_clock"):
         OnesPolicy("artifact", bootstrap=False, delta_clock="wall")
+
+
+def test_options_are_validated_naming_the_field_and_value() -> None:
+    from elastisched.policies.ones.options import OnesOptions
+
+    with pytest.raises(ConfigError, match="fitness='speed'"):
+        OnesPolicy("faithful", fitness="speed")
+    with pytest.raises(ConfigError, match="ones option='popsize'"):
+        OnesPolicy("faithful", popsize=4)
+    with pytest.raises(ConfigError, match="preset='fast'"):
+        OnesPolicy("fast")
+    with pytest.raises(ConfigError, match="xi='half'"):
+        OnesOptions(xi="half")  # type: ignore[arg-type]
+    tuned = OnesPolicy("tuned").opts
+    assert isinstance(tuned, OnesOptions) and tuned.cap_factor == 1 and isinstance(tuned.quiet_s, float)
+
+
+def test_job_state_saves_as_the_same_plain_dict() -> None:
+    """`state_dict()` keeps the dict shape of a job's state: optional rule fields only once a rule set them."""
+    from elastisched.policies.ones.jobstate import OnesJobState
+
+    st = OnesJobState(2, log=[([1.0, 2.0], 100.0)], epoch_size=1000)
+    d = st.to_dict()
+    assert "ce" not in d and "doubled_at" not in d and d["max_size"] == 2 and d["log"] == [([1.0, 2.0], 100.0)]
+    st.ce, st.origin, st.stamp = 1, 0.0, 0
+    back = OnesJobState.from_dict(json.loads(json.dumps(st.to_dict())))
+    assert back == st and back.to_dict()["ce"] == 1

@@ -92,4 +92,4 @@ def test_hold_free_factor_applies_per_job() -> None:
     assert dep.hold(cur, best, running, rem, pts_n, pts_x, 8.0, np.array([1.0, 3.0])).tolist() == [False, True]
     assert dep.hold(cur, best, running, rem, pts_n, pts_x, 8.0, 3.0).tolist() == [True, True]
     tuned = OnesPolicy("tuned")
-    assert (tuned.hold_free, tuned.hold_factor) == (1.0, 3.0)
+    assert (tuned.opts.hold_free_factor, tuned.opts.hold_factor) == (1.0, 3.0)

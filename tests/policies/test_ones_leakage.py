@@ -38,7 +38,8 @@ def test_folds_split_by_run_and_train_excludes_the_fold() -> None:
 def test_a_finished_job_teaches_only_the_other_fold() -> None:
     from elastisched.policies.ones.progress_predictor import BetaProgressPredictor
     preds = [BetaProgressPredictor(), BetaProgressPredictor()]
-    st = {"log": [([5.0, 2.0, 1.0, 0.2, 0.3], 100.0)], "epoch_size": 100, "total_epochs": 4.0, "fold": 1}
+    from elastisched.policies.ones.jobstate import OnesJobState
+    st = OnesJobState(1, log=[([5.0, 2.0, 1.0, 0.2, 0.3], 100.0)], epoch_size=100, total_epochs=4.0, fold=1)
     ones_predict.learn(preds, st, refit=False)
     assert preds[0].x.shape[0] == 1 and preds[1].x.shape[0] == 0
     assert preds[0].rho.tolist() == [0.25]

@@ -40,9 +40,9 @@ def _job(jid: str, req: int, gpus: int, epochs: float, run_time: float = 0.0, ra
 
 def _caps(pol: OnesPolicy, jobs: list[JobView], c: int, pool: list[float] | None = None) -> tuple[Any, Any]:
     sts = [pol._observe(j) for j in jobs]
-    e = np.array([s["e"] for s in sts])
+    e = np.array([s.e for s in sts])
     running = np.array([j.gpus > 0 for j in jobs])
-    new = ~running & ((e < 1) | np.array([not s["ran"] for s in sts]))
+    new = ~running & ((e < 1) | np.array([not s.ran for s in sts]))
     executed = ~new & (e >= 1)
     return pol._caps(jobs, sts, executed, c, pool or [])
 
@@ -51,32 +51,32 @@ def test_scale_up_doubles_only_at_max_size_and_caps_at_4x_request() -> None:
     pol = OnesPolicy("faithful", bootstrap=False)
     jobs = [_job("a", 2, 1, 3.0), _job("b", 2, 1, 0.5)]  # a executed at max_size 1; b too young
     caps, _ = _caps(pol, jobs, 64)
-    assert pol.js["a"]["max_size"] == 2 and caps.tolist() == [2, 1]
-    pol.js["a"]["max_size"] = 16  # already doubled far past 4x request
+    assert pol.js["a"].max_size == 2 and caps.tolist() == [2, 1]
+    pol.js["a"].max_size = 16  # already doubled far past 4x request
     jobs = [_job("a", 2, 16, 3.0), _job("b", 2, 1, 0.5)]
     caps, maxs = _caps(pol, jobs, 64)
-    assert pol.js["a"]["max_size"] == 32 and caps[0] == 8 and maxs[0] == 32
+    assert pol.js["a"].max_size == 32 and caps[0] == 8 and maxs[0] == 32
 
 
 def test_scale_up_gate_intended_vs_artifact() -> None:
     jobs = [_job("a", 4, 1, 2.5)]
     pol = OnesPolicy("faithful", bootstrap=False)
     pol._observe(jobs[0])
-    pol.js["a"]["last_change"] = 1.5  # resized one epoch ago: the intended gate (2 epochs) holds it
+    pol.js["a"].last_change = 1.5  # resized one epoch ago: the intended gate (2 epochs) holds it
     caps, _ = _caps(pol, jobs, 64)
-    assert caps[0] == 1 and pol.js["a"]["max_size"] == 1
+    assert caps[0] == 1 and pol.js["a"].max_size == 1
     art = OnesPolicy("faithful", bootstrap=False, artifact_scale_gate=True)
     art._observe(jobs[0])
-    art.js["a"]["last_change"] = 1.5
+    art.js["a"].last_change = 1.5
     caps, _ = _caps(art, jobs, 64)
-    assert caps[0] == 2 and art.js["a"]["max_size"] == 2
+    assert caps[0] == 2 and art.js["a"].max_size == 2
 
 
 def test_scale_down_of_giant_long_running_job() -> None:
     pol = OnesPolicy("faithful", bootstrap=False)
     big = _job("big", 16, 40, 5.0, run_time=300.0)
     pol._observe(big)
-    pol.js["big"]["max_size"] = 64
+    pol.js["big"].max_size = 64
     small = _job("s", 1, 1, 5.0, run_time=50.0, node="n1")
     # median run time 100: new = int(2·40 / (300/100 + 1)) = 20 (even)
     caps, maxs = _caps(pol, [big, small], 64, pool=[100.0, 100.0, 50.0, 300.0, 100.0])
@@ -96,7 +96,7 @@ def test_scale_in_halves_preempted_jobs_passed_over() -> None:
     newcomer = _job("x", 1, 0, 0.0)
     snap = ClusterSnapshot(10.0, nodes, {"w": waiting, "x": newcomer})
     pol._observe(waiting)
-    pol.js["w"].update(resume=4, max_size=4, ran=True)
+    pol.js["w"].resume, pol.js["w"].max_size, pol.js["w"].ran = 4, 4, True
     pol.capacity = 4
     pol._node_of = np.zeros(4, dtype=np.int64)
     pol._node_ids, pol._node_types = ["n0"], ["t4"]
@@ -104,7 +104,7 @@ def test_scale_in_halves_preempted_jobs_passed_over() -> None:
     cur = np.full(4, E)
     best = np.array([1, E, E, E])  # the newcomer starts, w is passed over
     d = pol._deploy(snap, [waiting, newcomer], sts, cur, best, np.array([3.0, 0.0]), np.array([True, False]))
-    assert list(d.allocations) == ["x"] and pol.js["w"]["resume"] == 2 and pol.js["w"]["max_size"] == 2
+    assert list(d.allocations) == ["x"] and pol.js["w"].resume == 2 and pol.js["w"].max_size == 2
 
 
 def test_delta_throttle_defers_young_changes_and_collisions() -> None:
@@ -125,7 +125,7 @@ def test_global_throttle_only_starts_jobs_on_idle_gpus() -> None:
     pol._node_of = np.repeat([0, 1], 4)
     pol._node_ids, pol._node_types = ["n0", "n1"], ["t4", "t4"]
     sts = [pol._observe(a), pol._observe(b)]
-    sts[0]["last_placed"] = 2.5  # half an epoch since its last change
+    sts[0].last_placed = 2.5  # half an epoch since its last change
     cur = np.array([0, 0, E, E, E, E, E, E])
     best = np.array([0, 0, 0, 0, 1, E, E, E])
     d = pol._deploy(snap, [a, b], sts, cur, best, np.array([3.0, 0.0]), np.array([True, False]))
@@ -205,11 +205,11 @@ def test_start_at_request_and_growth_to_cap() -> None:
     pol = OnesPolicy("faithful", bootstrap=False, start="request", growth="cap")
     jobs = [_job("a", 2, 2, 3.0), _job("b", 4, 0, 0.0)]
     caps, _ = _caps(pol, jobs, 64)
-    assert pol.js["b"]["max_size"] == 4 and pol._start_size(jobs[1].spec) == 4
-    assert pol.js["a"]["max_size"] == 8 and caps[0] == 8  # at its start size 2 with the gate open: 4x2
+    assert pol.js["b"].max_size == 4 and pol._start_size(jobs[1].spec) == 4
+    assert pol.js["a"].max_size == 8 and caps[0] == 8  # at its start size 2 with the gate open: 4x2
     faithful = OnesPolicy("faithful", bootstrap=False)
     caps, _ = _caps(faithful, [_job("a", 2, 1, 3.0)], 64)
-    assert faithful.js["a"]["max_size"] == 2 and caps[0] == 2  # artifact: start at 1, double
+    assert faithful.js["a"].max_size == 2 and caps[0] == 2  # artifact: start at 1, double
     with pytest.raises(ValueError):
         OnesPolicy(start="big")
 
@@ -221,7 +221,7 @@ def test_remaining_uses_samples_done_when_asked() -> None:
     for flag, y in ((False, 3000.0), (True, 4500.0)):
         pol = OnesPolicy("faithful", bootstrap=False, samples=flag)  # no predictor: rho = 0.5, remaining = y
         sts = [pol._observe(job)]
-        rem = remaining(sts, np.array([True]), pol.preds, pol.use_samples, pol.sample_rho, rng)
+        rem = remaining(sts, np.array([True]), pol.preds, pol.opts.samples, pol.opts.sample_rho, rng)
         assert rem.tolist() == [pytest.approx(y)]
     # a job without an epoch size (the Pollux traces) is measured in samples either way
     bare = dataclasses.replace(job, spec=dataclasses.replace(job.spec, attrs={"epoch_work": 10.0}))
@@ -273,7 +273,7 @@ def test_no_soak_keeps_max_size_at_the_growth_cap() -> None:
         pol = OnesPolicy("tuned", bootstrap=False, soak=soak)
         jobs = [_job("a", 4, 4, 3.0)]
         pol._observe(jobs[0])
-        pol.js["a"]["max_size"] = 4
+        pol.js["a"].max_size = 4
         caps, maxs = _caps(pol, jobs, 64)
         assert caps[0] == 4 and maxs[0] == want
 
@@ -294,16 +294,16 @@ def test_start_node_admits_new_jobs_at_one_node_in_a_round(models: Any) -> None:
 class _RoundTripTuned(OnesPolicy):
     """`_RoundTrip` with the deviations on (D1 "node", D3, D4): options are configuration, not state."""
 
-    opts: ClassVar[dict[str, Any]] = {"start": "node", "samples": True, "fitness": "time", "refit": False}
+    deviations: ClassVar[dict[str, Any]] = {"start": "node", "samples": True, "fitness": "time", "refit": False}
 
     def __init__(self, **kw: Any) -> None:
-        super().__init__(**{**self.opts, **kw})
+        super().__init__(**{**self.deviations, **kw})
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Any:
         self.rounds = getattr(self, "rounds", 0) + 1
         if self.rounds == 25:
             state = json.loads(json.dumps(self.state_dict()))
-            OnesPolicy.__init__(self, history=HISTORY, **self.opts)
+            OnesPolicy.__init__(self, history=HISTORY, **self.deviations)
             self._rng = None
             self.load_state_dict(state)
         return super().schedule(snap, ctx)
@@ -315,7 +315,7 @@ def test_deviations_are_deterministic_and_survive_a_state_round_trip(models: Any
 
     wl = _small_workload(models)
     nodes = parse_cluster("2x4:t4")
-    tuned = _RoundTripTuned.opts
+    tuned = _RoundTripTuned.deviations
     runs = [simulate(wl, OnesPolicy(history=HISTORY, **tuned), nodes, models,
                      SimConfig(seed=3, resize_cost=8.0)).jobs
             for _ in range(2)]

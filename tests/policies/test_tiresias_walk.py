@@ -10,10 +10,11 @@ import pytest
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, KeptAllocations, PendingReason
 from elastisched.engine.loop import RoundResult
+from elastisched.loaning import LoanPlan
 from elastisched.models import PerfModels
 from elastisched.policies._common import can_ever_fit, fits
 from elastisched.policies.tiresias import TiresiasPolicy
-from elastisched.sim import LoanTimeline, SimConfig, simulate
+from elastisched.sim import SimConfig, simulate
 from elastisched.workloads import load_workload
 
 
@@ -66,7 +67,7 @@ class ReferenceTiresias:
         return Decision(allocs, reasons)
 
 
-def _lockstep(workload: str, cluster: str, threshold: float, loans: LoanTimeline | None = None) -> dict[str, int]:
+def _lockstep(workload: str, cluster: str, threshold: float, loans: LoanPlan | None = None) -> dict[str, int]:
     models = PerfModels.load()
     ref = ReferenceTiresias(threshold)
     seen = {"rounds": 0, "released": 0, "demoted": 0}
@@ -97,7 +98,7 @@ def test_same_decisions_as_the_plain_walk(workload: str) -> None:
 
 
 def test_same_decisions_with_loans_coming_and_going() -> None:
-    loans = LoanTimeline(((0.0, 4), (3000.0, 1), (6000.0, 6), (12000.0, 0), (20000.0, 3)), "t4", 4)
+    loans = LoanPlan(((0.0, 4), (3000.0, 1), (6000.0, 6), (12000.0, 0), (20000.0, 3)), "t4", 4)
     seen = _lockstep("pollux:workload-3", "4x4:t4", 3600.0, loans)
     assert seen["rounds"] > 100 and seen["released"] > 20, seen
 

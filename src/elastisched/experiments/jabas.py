@@ -42,7 +42,7 @@ from elastisched.experiments.base import (
     register_experiment,
 )
 from elastisched.models.application import POLLUX_EPOCHS, Application
-from elastisched.models.iidp.profiles import ServerSpec
+from elastisched.models.iidp.config import ServerSpec
 from elastisched.models.profiles import load_pollux_bundled, load_sia, merge
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext

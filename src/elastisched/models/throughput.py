@@ -28,15 +28,42 @@ from bisect import bisect_right
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal, TypeAlias
 
 import numpy as np
 
 from elastisched.models.interp_cache import CachedInterpolator, interpolator
 from elastisched.models.profiles import ThroughputProfile
 
+ArrayOrFloat: TypeAlias = "np.ndarray | float"
+ArrayOrInt: TypeAlias = "np.ndarray | int"
+
+
+#: How the step-time formula reads a job on ONE replica (no all-reduce), by who asks:
+#:
+#: * ``"measured"`` — the simulator's and the service's model (:class:`ThroughputModel`, scalar): no network
+#:   term, so step = compute and sync = 0 exactly, as the artifact's traces record a single replica
+#:   (``simulator/traces/*/placements.csv``: sync_time 0); the root is taken as a power.
+#: * ``"artifact"`` — what a goodput-fitting policy believes (Pollux, Sia; vectorised over configurations):
+#:   the artifact's ``simulator/goodput.py`` (``_predict_network_time``, ``_predict_log_optim_time``) keeps a
+#:   floor network term α = β = 1e-8 and retrogression ``max(R − 2, 1e-8)`` at every R, and takes the root
+#:   in log space (its fit predicts log step time).
+#:
+#: The two differ only in the last bits at R = 1 and in how the root is computed; each keeps the arithmetic
+#: of the code its consumer was checked against, so both sets of decisions are unchanged.
+OneReplica = Literal["measured", "artifact"]
+ARTIFACT_FLOOR = 1e-8
+
 
 @dataclass(frozen=True, slots=True)
 class PolluxParams:
+    """The Pollux step-time model's parameters (OSDI'21 §3.2) and the one formula over them.
+
+    ``T_compute = α_c + β_c·b``; ``T_net = α + β·max(R − 2, floor)`` with (α, β) the inter-node pair on
+    more than one node, else the intra-node pair; ``T_step = (T_compute^γ + T_net^γ)^(1/γ)``.  The edge at
+    one replica follows :data:`OneReplica`.
+    """
+
     alpha_c: float
     beta_c: float
     alpha_n: float
@@ -45,10 +72,19 @@ class PolluxParams:
     beta_r: float
     gamma: float
 
-    def compute_time(self, local_bsz: float) -> float:
+    def compute_time(self, local_bsz: ArrayOrFloat) -> ArrayOrFloat:
+        """One forward/backward pass of ``local_bsz`` samples (scalar or array)."""
         return self.alpha_c + self.beta_c * local_bsz
 
-    def network_time(self, num_nodes: int, num_replicas: int) -> float:
+    def network_time(self, num_nodes: ArrayOrInt, num_replicas: ArrayOrInt,
+                     one_replica: OneReplica = "measured") -> ArrayOrFloat:
+        """All-reduce time of a placement: scalar for ``"measured"``, vectorised for ``"artifact"``."""
+        if one_replica == "artifact":
+            nodes, reps = np.asarray(num_nodes), np.asarray(num_replicas)
+            conds = [nodes > 1, reps > 1]
+            alpha = np.select(conds, [self.alpha_n, self.alpha_r], ARTIFACT_FLOOR)
+            beta = np.select(conds, [self.beta_n, self.beta_r], ARTIFACT_FLOOR)
+            return alpha + beta * np.maximum(reps - 2, ARTIFACT_FLOOR)
         if num_replicas <= 1:
             return 0.0
         retro = max(num_replicas - 2, 0)
@@ -56,10 +92,18 @@ class PolluxParams:
             return self.alpha_n + self.beta_n * retro
         return self.alpha_r + self.beta_r * retro
 
+    def step_time(self, compute: ArrayOrFloat, network: ArrayOrFloat,
+                  one_replica: OneReplica = "measured") -> ArrayOrFloat:
+        """Synchronous step time from its compute and network parts (overlapped by γ)."""
+        g = self.gamma
+        if one_replica == "artifact":
+            return np.exp(np.log(compute**g + network**g) / g)
+        return (compute**g + network**g) ** (1.0 / g) if network > 0 else compute
+
     def step_sync(self, num_nodes: int, num_replicas: int, local_bsz: float) -> tuple[float, float]:
+        """(step, sync) seconds of one placement, the ``"measured"`` reading (the simulator's)."""
         c = self.compute_time(local_bsz)
-        n = self.network_time(num_nodes, num_replicas)
-        step = (c**self.gamma + n**self.gamma) ** (1.0 / self.gamma) if n > 0 else c
+        step = self.step_time(c, self.network_time(num_nodes, num_replicas))
         return step, step - c
 
 

@@ -49,17 +49,9 @@ def take(free: dict[str, int], snap: ClusterSnapshot, a: Allocation) -> None:
             free[t] -= g
 
 
-_TYPES_CACHE: dict[int, tuple[object, dict[str, str]]] = {}  # node tuple identity -> node types
-
-
-def node_types(snap: ClusterSnapshot) -> dict[str, str]:
-    """node id -> GPU type, cached per node set (rounds reuse the same tuple)."""
-    hit = _TYPES_CACHE.get(id(snap.nodes))
-    if hit is None or hit[0] is not snap.nodes:
-        if len(_TYPES_CACHE) > 64:
-            _TYPES_CACHE.clear()
-        hit = _TYPES_CACHE[id(snap.nodes)] = (snap.nodes, {n.node_id: n.gpu_type for n in snap.nodes})
-    return hit[1]
+def node_types(snap: ClusterSnapshot) -> Mapping[str, str]:
+    """node id -> GPU type (read-only), from the snapshot's one node set (`core.nodes`)."""
+    return snap.node_set.gpu_type
 
 
 def fits(free: dict[str, int], types: tuple[str, ...], need: int) -> str | None:

@@ -194,21 +194,10 @@ class GavelPolicy(Policy):
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         assert ctx.perf is not None or all(j.model is not None for j in snap.jobs.values()), \
             "gavel needs performance models"
-        types: list[str] = []
-        per_node: dict[str, int] = {}
-        for nd in snap.nodes:
-            if nd.gpu_type not in per_node:
-                types.append(nd.gpu_type)
-            per_node[nd.gpu_type] = max(per_node.get(nd.gpu_type, 0), nd.num_gpus)
+        types, per_node = _types_in_order(snap)
         cap = snap.capacity_by_type()
         jids = list(snap.jobs)
-        for t in types:
-            self.type_time.setdefault(t, 0.0)
-        for jid in jids:
-            if jid not in self.job_time:
-                self.job_time[jid] = {t: self.interval / 2 for t in types}
-                for t in types:
-                    self.type_time[t] += self.interval / 2
+        self._credit_arrivals(jids, types)
         tput = np.zeros((len(jids), len(types)))
         for i, jid in enumerate(jids):
             job = snap.jobs[jid]
@@ -217,7 +206,22 @@ class GavelPolicy(Policy):
         scale = np.array([snap.jobs[j].spec.num_gpus for j in jids], dtype=float)
         capv = np.array([cap[t] for t in types], dtype=float)
         x = solve_allocation(tput, scale, capv, self.objective, self.center)
-        entries: list[tuple[float, float, int, int]] = []  # (priority, fraction x, type index, job index)
+        placed = _place_by_priority(self._priorities(x, jids, types), types, cap, tput, scale)
+        return self._decide(snap, jids, placed, tput, x)
+
+    def _credit_arrivals(self, jids: list[JobId], types: list[str]) -> None:
+        """A new job starts with half a round on every type (and so does the type's total), as in Gavel."""
+        for t in types:
+            self.type_time.setdefault(t, 0.0)
+        for jid in jids:
+            if jid not in self.job_time:
+                self.job_time[jid] = {t: self.interval / 2 for t in types}
+                for t in types:
+                    self.type_time[t] += self.interval / 2
+
+    def _priorities(self, x: np.ndarray, jids: list[JobId], types: list[str]) -> list[tuple[float, float, int, int]]:
+        """(priority, fraction x, type index, job index), best first: x over the share of time received."""
+        entries: list[tuple[float, float, int, int]] = []
         for k, t in enumerate(types):
             for i, jid in enumerate(jids):
                 if x[i, k] <= 0.0:
@@ -227,14 +231,11 @@ class GavelPolicy(Policy):
                     prio = x[i, k] / frac if frac > 0 else x[i, k] * 1e9
                 entries.append((prio, x[i, k], k, i))
         entries.sort(key=lambda e: (e[0], e[1]), reverse=True)  # stable: type order, then job order
-        left = dict(cap)
-        placed: dict[int, str] = {}
-        for _prio, _, k, i in entries:
-            t = types[k]
-            if i in placed or left[t] == 0 or tput[i, k] <= 0 or scale[i] > left[t]:
-                continue
-            left[t] -= int(scale[i])
-            placed[i] = t
+        return entries
+
+    def _decide(self, snap: ClusterSnapshot, jids: list[JobId], placed: dict[int, str], tput: np.ndarray,
+                x: np.ndarray) -> Decision:
+        """Charge this round to the placed jobs, keep those staying on their type, and explain the rest."""
         ntypes = node_types(snap)
         keep: dict[JobId, Allocation] = {}
         new: list[tuple[int, JobId, Allocation]] = []
@@ -258,3 +259,28 @@ class GavelPolicy(Policy):
         for _, jid, a in sorted(new, key=lambda e: -e[0]):
             allocs[jid] = a
         return Decision(allocs, reasons, next_round_at=None if snap.jobs else math.inf)
+
+
+def _types_in_order(snap: ClusterSnapshot) -> tuple[list[str], dict[str, int]]:
+    """GPU types in node order, and the largest node of each (a job's replicas pack on whole nodes)."""
+    types: list[str] = []
+    per_node: dict[str, int] = {}
+    for nd in snap.nodes:
+        if nd.gpu_type not in per_node:
+            types.append(nd.gpu_type)
+        per_node[nd.gpu_type] = max(per_node.get(nd.gpu_type, 0), nd.num_gpus)
+    return types, per_node
+
+
+def _place_by_priority(entries: list[tuple[float, float, int, int]], types: list[str], cap: dict[str, int],
+                       tput: np.ndarray, scale: np.ndarray) -> dict[int, str]:
+    """Job index -> type: each job placed once, at its best-priority entry whose type still has room."""
+    left = dict(cap)
+    placed: dict[int, str] = {}
+    for _prio, _, k, i in entries:
+        t = types[k]
+        if i in placed or left[t] == 0 or tput[i, k] <= 0 or scale[i] > left[t]:
+            continue
+        left[t] -= int(scale[i])
+        placed[i] = t
+    return placed

@@ -77,79 +77,82 @@ class TiresiasPolicy(Policy):
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         self._sync(snap)
-        now = snap.now
-        thr = self.threshold
-        q0 = self._q0
-        free = snap.capacity_by_type()
         if self._fit_for is not snap.nodes:  # can_ever_fit depends only on the node set: memoised per set
             self._fit_for, self._fit, self._static = snap.nodes, {}, {}
-        types_of = node_types(snap)
-        static = self._static
-        total_free = sum(free.values())
-        # the decision as `KeptAllocations`: a running job the walk keeps is not written anywhere; those it
-        # stops or moves are `released`, the jobs it starts or moves `added` (in walk order, the placer's)
-        running = snap.running_jobs()
-        added: dict[str, Allocation] = {}
-        released: list[str] = []
-        kept = 0
-        reasons: dict[str, PendingReason] = {}
-        wake = INF
-        jobs = snap.jobs
+        rnd = _Round(snap)
         # a running job of queue 0 whose attained service reached the threshold is demoted before the walk; it
         # is found where the walk meets it in queue 0 (skipped there), and joins queue 1 before that is walked
-        demoted: list[str] = []
         for first in (True, False):
             if not first:
-                self._demote(demoted, running)
-            walk = iter(q0 if first else self._q1)
-            for jid in walk:
-                if total_free <= 0:  # no GPU left: the rest wait, and those of them that ran stop
-                    if first:  # the demoted run beyond here now; the rest of queue 0 may demote more
-                        released.extend(demoted)
-                    if kept + len(released) < len(running):
-                        self._release_rest(chain((jid,), walk, self._q1 if first else ()), running,
-                                           len(running) - kept - len(released), released, demoted, now)
-                    if first:
-                        self._demote(demoted, running)
-                    return Decision(KeptAllocations(running, added, released), reasons, next_round_at=wake)
-                job = jobs[jid]
-                st = static.get(jid)
-                if st is None or st[0] is not job:
-                    st = static[jid] = self._job_static(job, snap, types_of)
-                _, need, ok, t, takes = st
-                if first and t is not None:  # it runs, in queue 0: `left` GPU-seconds before its demotion
-                    d = now - job.updated_at  # (`d if d > 0.0 else 0.0` is max(0.0, d), written out)
-                    left = thr - (job.attained_service + (d if d > 0.0 else 0.0) * job.allocation.gpus)
-                    if left <= 0.0:
-                        demoted.append(jid)
-                        continue
-                if not ok:
-                    reasons[jid] = PendingReason.INFEASIBLE
-                    if t is not None:  # (only when the node set shrank under it)
-                        released.append(jid)
+                self._demote(rnd.demoted, rnd.running)
+            if self._walk(rnd, first):
+                break
+        return Decision(KeptAllocations(rnd.running, rnd.added, rnd.released), rnd.reasons, next_round_at=rnd.wake)
+
+    def _walk(self, rnd: _Round, first: bool) -> bool:
+        """Walk queue 0 (`first`) or queue 1, admitting jobs while they fit; True when the GPUs ran out."""
+        now = rnd.now
+        thr = self.threshold
+        jobs = rnd.snap.jobs
+        static = self._static
+        free = rnd.free
+        added, released, reasons, demoted = rnd.added, rnd.released, rnd.reasons, rnd.demoted
+        total_free, kept, wake = rnd.total_free, rnd.kept, rnd.wake  # locals in the loop, written back after
+        walk = iter(self._q0 if first else self._q1)
+        for jid in walk:
+            if total_free <= 0:  # no GPU left: the rest wait, and those of them that ran stop
+                rnd.kept, rnd.wake = kept, wake
+                self._stop_round(rnd, first, chain((jid,), walk, self._q1 if first else ()))
+                return True
+            job = jobs[jid]
+            st = static.get(jid)
+            if st is None or st[0] is not job:
+                st = static[jid] = self._job_static(job, rnd.snap, rnd.types_of)
+            _, need, ok, t, takes = st
+            if first and t is not None:  # it runs, in queue 0: `left` GPU-seconds before its demotion
+                d = now - job.updated_at  # (`d if d > 0.0 else 0.0` is max(0.0, d), written out)
+                left = thr - (job.attained_service + (d if d > 0.0 else 0.0) * job.allocation.gpus)
+                if left <= 0.0:
+                    demoted.append(jid)
                     continue
-                if t is not None and free[t] >= need:  # it runs (its first node of type `t`) and fits
-                    kept += 1
-                    for tn, g in takes:  # `take`, inlined (GPUs summed per type)
-                        free[tn] -= g
-                    total_free -= need
-                    if first:
-                        w = now + left / need
-                        if w < wake:  # min(wake, w)
-                            wake = w
-                    continue
-                if t is not None:  # it runs and does not fit where it is: it moves or stops
+            if not ok:
+                reasons[jid] = PendingReason.INFEASIBLE
+                if t is not None:  # (only when the node set shrank under it)
                     released.append(jid)
-                t2 = fits(free, job.spec.gpu_types, need)
-                if t2 is not None:
-                    added[jid] = Allocation(num_gpus=need, gpu_type=t2)
-                    free[t2] -= need
-                    total_free -= need
-                    if first and now + thr / need < wake:
-                        wake = now + thr / need
-                else:
-                    reasons[jid] = PendingReason.RESOURCES
-        return Decision(KeptAllocations(running, added, released), reasons, next_round_at=wake)
+                continue
+            if t is not None and free[t] >= need:  # it runs (its first node of type `t`) and fits
+                kept += 1
+                for tn, g in takes:  # `take`, inlined (GPUs summed per type)
+                    free[tn] -= g
+                total_free -= need
+                if first:
+                    w = now + left / need
+                    if w < wake:  # min(wake, w)
+                        wake = w
+                continue
+            if t is not None:  # it runs and does not fit where it is: it moves or stops
+                released.append(jid)
+            t2 = fits(free, job.spec.gpu_types, need)
+            if t2 is not None:
+                added[jid] = Allocation(num_gpus=need, gpu_type=t2)
+                free[t2] -= need
+                total_free -= need
+                if first and now + thr / need < wake:
+                    wake = now + thr / need
+            else:
+                reasons[jid] = PendingReason.RESOURCES
+        rnd.total_free, rnd.kept, rnd.wake = total_free, kept, wake
+        return False
+
+    def _stop_round(self, rnd: _Round, first: bool, rest: Iterator[str]) -> None:
+        """No GPU is left: the jobs the walk did not reach wait, and those of them that ran stop."""
+        if first:  # the demoted run beyond here now; the rest of queue 0 may demote more
+            rnd.released.extend(rnd.demoted)
+        missing = len(rnd.running) - rnd.kept - len(rnd.released)
+        if missing > 0:
+            self._release_rest(rest, rnd.running, missing, rnd.released, rnd.demoted, rnd.now)
+        if first:
+            self._demote(rnd.demoted, rnd.running)
 
     def _release_rest(self, rest: Iterator[str], running: Mapping[str, JobView], missing: int, released: list[str],
                       demoted: list[str], now: float) -> None:
@@ -204,3 +207,25 @@ class TiresiasPolicy(Policy):
         self._q1 = dict.fromkeys(state.get("q1", []))
         self.threshold = float(state.get("threshold", self.threshold))
 
+
+class _Round:
+    """What one Tiresias round carries between its two queue walks."""
+
+    __slots__ = ("added", "demoted", "free", "kept", "now", "reasons", "released", "running", "snap", "total_free",
+                 "types_of", "wake")
+
+    def __init__(self, snap: ClusterSnapshot) -> None:
+        self.snap = snap
+        self.now = snap.now
+        self.free = snap.capacity_by_type()
+        self.total_free = sum(self.free.values())
+        self.types_of = node_types(snap)
+        # the decision as `KeptAllocations`: a running job the walk keeps is not written anywhere; those it
+        # stops or moves are `released`, the jobs it starts or moves `added` (in walk order, the placer's)
+        self.running = snap.running_jobs()
+        self.added: dict[str, Allocation] = {}
+        self.released: list[str] = []
+        self.kept = 0
+        self.reasons: dict[str, PendingReason] = {}
+        self.wake = INF
+        self.demoted: list[str] = []  # queue-0 jobs found at the threshold, not yet moved to queue 1

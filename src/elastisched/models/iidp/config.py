@@ -2,25 +2,37 @@
 
 IIDP (digest §1, §2(b)): every GPU runs the same local batch ``b``; GPU g runs ``m_g`` virtual stream workers
 with ``a_g`` gradient-accumulation steps, ``W = Σ_g m_g (a_g + 1)`` decoupled workers, ``GBS = b·W``; the
-iteration time is the slowest GPU's.  Two performance models implement :class:`IIDPSolver`:
-
-* ``iidp_solver.ProfileIIDP`` — the release's profile format (VSW multi-streaming, bandwidth model);
-* ``iidp_pollux.PolluxIIDP`` — Pollux/Sia per-GPU-type step/sync profiles (``m = 1``: multi-stream gains
-  are not profiled there), the model the ``jabas`` policy and the event simulator use.
-
-Both return :class:`IIDPConfig` and pick (LBS, W) with :func:`choose_config`, so the policy, the simulator's
-rate rule and any experiment agree on one solver.
+iteration time is the slowest GPU's.  :class:`IIDPSolver` is implemented by
+``models.iidp.pollux.PolluxIIDP`` — Pollux/Sia per-GPU-type step/sync profiles (``m = 1``: multi-stream gains
+are not profiled there), the model the ``jabas`` policy, the engine's rate rule and the experiment use.  It
+returns :class:`IIDPConfig` and picks (LBS, W) with :func:`choose_config`, so all three agree on one solver.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from elastisched.models.iidp.profiles import ServerSpec
+__all__ = ["IIDPConfig", "IIDPSolver", "ServerSpec", "UnitAssignment", "choose_config", "directional_workers"]
 
-__all__ = ["IIDPConfig", "IIDPSolver", "UnitAssignment", "choose_config", "directional_workers"]
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """A server as the IIDP solver sees it: one GPU type, its TFLOPS (the price model) and bandwidths in bytes/s."""
+
+    name: str
+    gpu_type: str
+    tflops: float
+    num_gpus: int
+    intra_bandwidth: float
+    inter_bandwidth: float
+
+    def with_gpus(self, num_gpus: int) -> ServerSpec:
+        """The same server restricted to ``num_gpus`` GPUs (a candidate allocation may use part of it)."""
+        if not 0 < num_gpus <= self.num_gpus:
+            raise ValueError(f"num_gpus={num_gpus} outside 1..{self.num_gpus} for server {self.name!r}")
+        return replace(self, num_gpus=num_gpus)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from elastisched.models.application import Application
-from elastisched.models.iidp.config import IIDPConfig, UnitAssignment, choose_config
-from elastisched.models.iidp.profiles import ServerSpec
+from elastisched.models.iidp.config import IIDPConfig, ServerSpec, UnitAssignment, choose_config
 
 __all__ = ["PolluxIIDP", "iidp_iteration_time", "job_shape"]
 

@@ -22,8 +22,8 @@ The paper scales **one** job over the servers it owns (digest §2(c)).  Cluster-
   jobs); GPU types are those its application is profiled on and its spec allows.
 * **Auto-scaling.**  A job is re-planned when it has no GPUs, or at an epoch boundary (``JobView.epoch``
   changed), as the release does at epoch ends.  Candidates are GPU counts per type over the offer (0, powers
-  of two, all: ``jabas_autoscale.count_candidates``) — a server-type reading of the release's unit subsets;
-  the next-epoch time of each is ``jabas_autoscale.estimate_epoch`` (digest §2(c)) and the fastest
+  of two, all: ``autoscale.count_candidates``) — a server-type reading of the release's unit subsets;
+  the next-epoch time of each is ``autoscale.estimate_epoch`` (digest §2(c)) and the fastest
   (``objective="time"``, the release) or cheapest (``"cost"``, our addition) wins.  A running job moves only
   when the predicted saving over ``move_horizon`` epochs (default 1) exceeds its restart cost (ours).
 * **Adaptive batch.**  The SimiGrad ±10 % rule every ``p`` steps (``similarity.gbs_schedule``) on the expected
@@ -31,9 +31,9 @@ The paper scales **one** job over the servers it owns (digest §2(c)).  Cluster-
   follows that schedule at the job's position in its epoch and the IIDP configuration is re-solved on the
   same GPUs (the release applies it in place, without a restart); the forecast for auto-scaling is the rest
   of the epoch's schedule (our stand-in for the GP+SES forecaster, which needs the in-job trace).
-* **Configuration.**  ``iidp_pollux.PolluxIIDP`` (the one ``iidp_config.IIDPSolver`` interface): one local
+* **Configuration.**  ``models.iidp.pollux.PolluxIIDP`` (the one ``models.iidp.config.IIDPSolver`` interface): one local
   batch everywhere, faster GPUs run more micro-batches; the allocation carries ``local_batch`` and
-  ``accumulation`` per node, which the simulator turns into a rate with ``iidp_pollux.iidp_iteration_time``.
+  ``accumulation`` per node, which the simulator turns into a rate with ``models.iidp.pollux.iidp_iteration_time``.
 
 ``adaptive=False, autoscale=False`` is the experiment's *static* baseline: the first plan at the initial GBS,
 kept for the whole run.
@@ -45,11 +45,19 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, NodeView, PendingReason
+from elastisched.core.types import (
+    Allocation,
+    ClusterSnapshot,
+    Decision,
+    JobSpec,
+    JobView,
+    NodeView,
+    PendingReason,
+    same_gpus,
+)
 from elastisched.models.application import Application, packed_shape
-from elastisched.models.iidp.config import IIDPConfig
+from elastisched.models.iidp.config import IIDPConfig, ServerSpec
 from elastisched.models.iidp.pollux import PolluxIIDP
-from elastisched.models.iidp.profiles import ServerSpec
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.jabas.autoscale import GPU_TFLOPS, count_candidates, estimate_epoch, type_price
 from elastisched.policies.jabas.similarity import (
@@ -173,11 +181,11 @@ class JabasPolicy(Policy):
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         self._jobs = {k: v for k, v in self._jobs.items() if k in snap.jobs}
         self._sched = {k: v for k, v in self._sched.items() if k in snap.jobs}
-        cap = {n.node_id: n.num_gpus for n in snap.nodes}
-        ntype = {n.node_id: n.gpu_type for n in snap.nodes}
+        cap = dict(snap.node_set.gpus)
+        ntype = snap.node_set.gpu_type
         apps = {jid: _application(job, ctx) for jid, job in snap.jobs.items()}
         replan: dict[str, bool] = {}
-        total = sum(n.num_gpus for n in snap.nodes)
+        total = snap.node_set.total_gpus
         his = {jid: self._hi(job.spec, apps[jid]) for jid, job in snap.jobs.items()}
         share = math.ceil(self.share_factor * total / max(len(snap.jobs), 1))
         idle = total - sum(j.allocation.gpus for j in snap.jobs.values())
@@ -192,7 +200,7 @@ class JabasPolicy(Policy):
                 for n, g in job.allocation.placement:
                     cap[n] -= g
         if any(v < 0 for v in cap.values()):  # inconsistent snapshot: re-plan everything
-            cap = {n.node_id: n.num_gpus for n in snap.nodes}
+            cap = dict(snap.node_set.gpus)
             replan = dict.fromkeys(snap.jobs, True)
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
@@ -214,7 +222,7 @@ class JabasPolicy(Policy):
             if alloc is None:
                 reasons[jid] = PendingReason.RESOURCES
                 continue
-            if job.is_running and sorted(alloc.placement) == sorted(job.allocation.placement) \
+            if job.is_running and alloc.same_gpus(job.allocation) \
                     and alloc.batch_size == job.allocation.batch_size:
                 alloc = job.allocation
             for n, g in alloc.placement:
@@ -273,7 +281,7 @@ class JabasPolicy(Policy):
             if not math.isfinite(t) or not used:
                 continue
             price = sum(type_price(s.gpu_type) * s.num_gpus for s in servers) / 3600.0
-            if job.is_running and sorted(placement) != sorted(job.allocation.placement):
+            if job.is_running and not same_gpus(placement, job.allocation.placement):
                 t += app.restart_cost / horizon  # checkpoint-restart, amortised over `move_horizon` epochs (ours)
             key = (t, t * price) if self.objective == "time" else (t * price, t)
             if best is None or key < best[:2]:

@@ -30,7 +30,7 @@ own file's batch size; that reading stays available via ``reference_batch``.
 
 **Step rule** (SimiGrad on IIDP): every ``p`` sync steps (``sim_step`` starts at 1), if ``cos < γ`` the target
 is ``B·(1+rate)``, if ``cos > γ`` it is ``B·(1−rate)`` (only while ``B > 1``), clamped to the bounds; the
-configuration is re-solved (``iidp_solver.solve_placement``) and applied when a solution exists with
+configuration is re-solved (``IIDPSolver.best`` in the direction of the move) and applied when a solution exists with
 ``W ≥ #GPUs``; then ``lr_modifier = sqrt(B/B_0)`` with ``B_0`` = the lower bound (elastic mode)
 [code: ``_adjust_adaptive_global_batch_size``, ``_change_batch_size_for_iidp``, ``_scale_lr``].
 """
@@ -228,7 +228,7 @@ def adaptive_step(
 
     ``similarity`` is the measured cosine (or a function of the current GBS, e.g.
     ``lambda b: expected_cosine_similarity(stats, b)``); ``resolve(target, gbs)`` returns the new
-    ``(lbs, gbs)`` or ``None`` (e.g. from ``iidp_solver.solve_placement``).  A solution with
+    ``(lbs, gbs)`` or ``None`` (e.g. from ``IIDPSolver.best``).  A solution with
     ``gbs // lbs < world_size`` is rejected, as in the release.
     """
     if state.sim_step % cfg.adjust_interval != 0:

@@ -43,6 +43,9 @@ class Want:
     current: Placement = ()
 
 
+Parts = list[tuple[Want, int]]  # (job, GPUs still to place for it)
+
+
 class Board:
     """Free GPUs per node, with nodes bucketed by (type, pool, free GPUs) in lazy min-heaps of node positions,
     so a best-fit pick costs O(distinct free counts · log nodes), not a scan of every node."""
@@ -171,10 +174,31 @@ def place(nodes: Sequence[NodeView], wants: Sequence[Want],
           exclude: frozenset[NodeId] | set[NodeId] = frozenset(), colocate: bool = False) -> dict[str, Placement]:
     """Placements for `wants` (module docstring); jobs that cannot be placed are absent."""
     board = Board(nodes, exclude)
+    held, todo_base, todo_extra, soft = _hold_running(board, wants, colocate)
+    failed: set[str] = set()  # base part did not fit: the job is not placed this round
+    _fill_parts(board, todo_base, False, held, failed, colocate)
+    todo_extra.extend(_retake_soft(board, soft, held))
+    _fill_parts(board, todo_extra, True, held, failed, colocate)
+    out: dict[str, Placement] = {}
+    for w in wants:
+        lst = held.get(w.job_id)
+        if not lst or w.job_id in failed:
+            continue
+        merged: dict[int, int] = {}
+        for i, g in lst:
+            merged[i] = merged.get(i, 0) + g
+        out[w.job_id] = tuple((board.nodes[i].node_id, g) for i, g in merged.items() if g > 0)
+    return out
+
+
+def _hold_running(board: Board, wants: Sequence[Want], colocate: bool
+                  ) -> tuple[dict[str, list[tuple[int, int]]], Parts, Parts, list[tuple[Want, list[tuple[int, int]]]]]:
+    """Step 1: running jobs take back what they keep. Returns (held GPUs per job, new base parts, extra
+    parts, and per resized job of a contended type the kept extras to retake after the new bases)."""
     held: dict[str, list[tuple[int, int]]] = {}
-    todo_base: list[tuple[Want, int]] = []
-    todo_extra: list[tuple[Want, int]] = []
-    soft: list[tuple[Want, list[tuple[int, int]]]] = []  # (job, kept extras placed after the new bases)
+    todo_base: Parts = []
+    todo_extra: Parts = []
+    soft: list[tuple[Want, list[tuple[int, int]]]] = []
     totals = {w.job_id: sum(g for n, g in w.current if n in board.pos) for w in wants if w.gpus > 0}
     keeps = {w.job_id: _shed(w.current, min(totals[w.job_id], w.gpus), board)
              for w in wants if w.gpus > 0 and totals[w.job_id]}
@@ -200,37 +224,38 @@ def place(nodes: Sequence[NodeView], wants: Sequence[Want],
             todo_base.append((w, min(w.base, w.gpus)))
             if w.gpus > w.base:
                 todo_extra.append((w, w.gpus - w.base))
-    failed: set[str] = set()  # base part did not fit: the job is not placed this round
-    for parts, prefer_loan in ((todo_base, False), (todo_extra, True)):
-        if prefer_loan:  # kept extras of resized jobs: where they were if still free, else placed as extras
-            for w, rest in soft:
-                short = 0
-                for i, g in rest:
-                    k = min(g, board.free[i])
-                    if k:
-                        board.take(i, k)
-                        held[w.job_id].append((i, k))
-                    short += g - k
-                if short:
-                    parts.append((w, short))
-        for w, need in sorted(parts, key=lambda x: -x[1]):
-            if w.job_id in failed:
-                continue
-            hosts = [i for i, _ in held[w.job_id]]
-            if colocate:  # largest host first; without colocation the order stays as before
-                hosts = [i for i, _ in sorted(held[w.job_id], key=lambda x: -x[1])]
-            got = board.fill(need, w.gpu_type, prefer_loan, hosts, colocate and prefer_loan)
-            if got is not None:
-                held[w.job_id].extend(got)
-            elif not prefer_loan:
-                failed.add(w.job_id)  # an extra part that does not fit is simply not granted
-    out: dict[str, Placement] = {}
-    for w in wants:
-        lst = held.get(w.job_id)
-        if not lst or w.job_id in failed:
+    return held, todo_base, todo_extra, soft
+
+
+def _retake_soft(board: Board, soft: list[tuple[Want, list[tuple[int, int]]]],
+                 held: dict[str, list[tuple[int, int]]]) -> Parts:
+    """Kept extras of resized jobs go back where they were if still free; the shortfall is placed as extras."""
+    short_parts: Parts = []
+    for w, rest in soft:
+        short = 0
+        for i, g in rest:
+            k = min(g, board.free[i])
+            if k:
+                board.take(i, k)
+                held[w.job_id].append((i, k))
+            short += g - k
+        if short:
+            short_parts.append((w, short))
+    return short_parts
+
+
+def _fill_parts(board: Board, parts: Parts, prefer_loan: bool, held: dict[str, list[tuple[int, int]]],
+                failed: set[str], colocate: bool) -> None:
+    """Place base parts (training first) or extra parts (loaned first), largest first; a base that does not
+    fit marks its job `failed`, an extra that does not is simply not granted."""
+    for w, need in sorted(parts, key=lambda x: -x[1]):
+        if w.job_id in failed:
             continue
-        merged: dict[int, int] = {}
-        for i, g in lst:
-            merged[i] = merged.get(i, 0) + g
-        out[w.job_id] = tuple((board.nodes[i].node_id, g) for i, g in merged.items() if g > 0)
-    return out
+        hosts = [i for i, _ in held[w.job_id]]
+        if colocate:  # largest host first; without colocation the order stays as before
+            hosts = [i for i, _ in sorted(held[w.job_id], key=lambda x: -x[1])]
+        got = board.fill(need, w.gpu_type, prefer_loan, hosts, colocate and prefer_loan)
+        if got is not None:
+            held[w.job_id].extend(got)
+        elif not prefer_loan:
+            failed.add(w.job_id)

@@ -15,8 +15,8 @@ One round:
    no loans) long jobs hold the cluster and Lyra queued ~4× longer than Tiresias (docs/seeds.md).
 2. **Phase 2, MCKP** (lyra.md §2.2, §7 row 8): per GPU type, each admitted elastic job is a group with items
    "k extra GPUs", weight k, value = the JCT reduction k extras buy (`value`, below); capacity = that type's
-   free GPUs after phase 1. Solved exactly by DP (`_mckp.solve_dp`) when items × capacity ≤ `exact_budget`, else
-   by the hull greedy (`_mckp.solve_greedy`); `solver` forces one.
+   free GPUs after phase 1. Solved exactly by DP (`lyra.mckp.solve_dp`) when items × capacity ≤ `exact_budget`,
+   else by the hull greedy (`lyra.mckp.solve_greedy`); `solver` forces one (`lyra.extras` carries this out).
 3. **Placement** (lyra.md §2.3): `elastisched.policies.lyra.placement.place` — running jobs keep their nodes, base
    GPUs best-fit on training servers, extra GPUs first beside the job's own workers (`colocate`), then
    best-fit on loaned servers.
@@ -48,7 +48,7 @@ Readings (written down as the design asks):
   them (cifar10 with 1 + 2 GPUs on two servers: 0.81× one GPU; 1.81× with 3 on one), so without this most
   1-GPU elastic jobs of the Philly trace never grow. Extras on a training server are never reclaimed, so the
   reclaim cost is unchanged; when new bases of the type contend for training servers, a resized job's
-  kept extras are placed after them (`loaning.placement`).
+  kept extras are placed after them (`lyra.placement`).
 - A job's base takes a GPU type that training servers have when it fits there (loaned servers of another
   type, e.g. T4 beside V100 training servers, take bases only when it does not).
 - A worker is one GPU. Elastic growth stops at `max_gpus` and at `batch_size // min_local_bsz` GPUs (beyond
@@ -81,36 +81,35 @@ Readings (written down as the design asks):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobSpec, JobView, NodeId, PendingReason, Pool
+from elastisched.core.types import (
+    Allocation,
+    ClusterSnapshot,
+    Decision,
+    JobSpec,
+    JobView,
+    NodeId,
+    NodeView,
+    PendingReason,
+    Pool,
+)
 from elastisched.models.application import Application, packed_shape
 from elastisched.policies._common import can_ever_fit, job_model
 from elastisched.policies.base import Policy, PolicyContext, register
-from elastisched.policies.lyra import mckp as _mckp
-from elastisched.policies.lyra.placement import Want, place
+from elastisched.policies.lyra.extras import Admitted, KnapsackRule, extra_gpus, local_room
+from elastisched.policies.lyra.placement import Placement, Want, place
 from elastisched.policies.lyra.reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
 
 INF = math.inf
 DEFAULT_DURATION = 3600.0  # linear fallback model: a job with no duration is taken to run an hour
-FALLBACK_RESTART_COST = 30.0  # linear fallback model: restart cost of a job without a model (seconds)
 VALUES = ("jct", "rate")
 BATCH_RULES = ("fixed", "worker")  # global batch of a scaled job (docstring)
 SCALE_ALL = ("off", "request", "cap")  # how jobs the workload does not mark elastic scale (docstring)
-RATE_SCALE = 3600.0  # "rate" values are RATE_SCALE² × Δ(1/T): a fixed scale that keeps them near seconds
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    view: JobView
-    gpu_type: str
-    base: int  # phase-1 GPUs
-    cap: int  # most GPUs phase 2 may give
-    current: tuple[tuple[NodeId, int], ...]  # placement surviving the reclaim (() when pending)
-    disturbed: bool  # the reclaim changed its placement this round
+# a job waiting for phase 1's SJF order: (predicted seconds, submit time, id, view, types, surviving placement)
+Queued = tuple[float, float, str, JobView, list[str], tuple[tuple[NodeId, int], ...]]
 
 
 @register
@@ -201,20 +200,36 @@ class LyraPolicy(Policy):
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
-        node_type = {n.node_id: n.gpu_type for n in snap.nodes}
         choice = self._reclaim(snap, ctx) if snap.reclaim_demand > 0 else None
         gone = frozenset(choice.servers) if choice else frozenset()
-        free: dict[str, int] = {}
-        per_node: dict[str, int] = {}
-        train_types = {n.gpu_type for n in snap.nodes if n.pool is not Pool.LOANABLE}
-        for n in snap.nodes:
-            if n.node_id not in gone:
-                free[n.gpu_type] = free.get(n.gpu_type, 0) + n.num_gpus
-                per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
-        capacity = dict(free)  # the cluster as it is after the reclaim
-        admitted: list[_Job] = []
-        pending: list[tuple[float, float, str, JobView, list[str], tuple[tuple[NodeId, int], ...]]] = []
+        free, per_node = _capacity_without(snap.nodes, gone)
         reasons: dict[str, PendingReason] = {}
+        admitted, pending = self._keep_running(snap, ctx, choice, gone, free, per_node, reasons)
+        train_types = {n.gpu_type for n in snap.nodes if n.pool is not Pool.LOANABLE}
+        admitted.extend(self._admit_sjf(ctx, pending, free, train_types, reasons))
+        local = local_room(snap, admitted, gone) if self.colocate else {}
+
+        def times(j: Admitted, t: str, k_max: int) -> np.ndarray:
+            return self._times(ctx, j.view, t, j.base, k_max, per_node[t], local.get(j.view.job_id, 0))
+
+        rule = KnapsackRule(self.value, self.solver, self.exact_budget, self.rescale_penalty)
+        extra = extra_gpus(snap, ctx, admitted, free, times, rule, self.mckp_log if self.check_mckp else None)
+        wants = [Want(j.view.job_id, j.base + extra.get(j.view.job_id, 0), j.base, j.gpu_type, j.current)
+                 for j in admitted]
+        placed = place(snap.nodes, wants, gone, colocate=self.colocate)
+        allocs = self._allocations(ctx, admitted, placed, reasons)
+        return Decision(allocs, reasons, tuple(choice.servers) if choice else (),
+                        None if self.periodic else INF)
+
+    def _keep_running(self, snap: ClusterSnapshot, ctx: PolicyContext, choice: ReclaimChoice | None,
+                      gone: frozenset[NodeId], free: dict[str, int], per_node: dict[str, int],
+                      reasons: dict[str, PendingReason]) -> tuple[list[Admitted], list[Queued]]:
+        """Phase 1, first half: running jobs keep their base (taken from `free`), except displaceable
+        inelastic ones (`preempt`), which queue with the pending jobs; jobs that can never fit are noted."""
+        node_type = snap.node_set.gpu_type
+        capacity = dict(free)  # the cluster as it is after the reclaim
+        admitted: list[Admitted] = []
+        pending: list[Queued] = []
         for jid, job in snap.jobs.items():
             cur = job.allocation.placement
             if choice is not None and jid in choice.preempted:
@@ -233,7 +248,7 @@ class LyraPolicy(Policy):
                     pending.append((sjf, spec.submit_time, jid, job, [t], surv))
                     continue
                 free[t] -= base
-                admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), surv, disturbed))
+                admitted.append(Admitted(job, t, base, self._cap(ctx, job, elastic, base, t), surv, disturbed))
                 continue
             types = self._types(ctx, job, free)
             base = self._lo(spec) if elastic else spec.num_gpus
@@ -243,6 +258,12 @@ class LyraPolicy(Policy):
             t0 = types[0]
             sjf = float(self._times(ctx, job, t0, base, 0, per_node[t0])[0])
             pending.append((sjf, spec.submit_time, jid, job, types, ()))
+        return admitted, pending
+
+    def _admit_sjf(self, ctx: PolicyContext, pending: list[Queued], free: dict[str, int], train_types: set[str],
+                   reasons: dict[str, PendingReason]) -> list[Admitted]:
+        """Phase 1, second half: the queued jobs, shortest first, get their base where it fits (backfill)."""
+        admitted: list[Admitted] = []
         pending.sort(key=lambda x: (x[0], x[1], x[2]))
         for _, _, jid, job, types, surv in pending:
             spec = job.spec
@@ -254,12 +275,12 @@ class LyraPolicy(Policy):
                 continue
             t = max(fit, key=lambda x: (x in train_types, free[x]))  # a training-server type first
             free[t] -= base
-            admitted.append(_Job(job, t, base, self._cap(ctx, job, elastic, base, t), surv, False))
-        local = self._local_room(snap, admitted, gone) if self.colocate else {}
-        extra = self._phase2(snap, ctx, admitted, free, per_node, local)
-        wants = [Want(j.view.job_id, j.base + extra.get(j.view.job_id, 0), j.base, j.gpu_type, j.current)
-                 for j in admitted]
-        placed = place(snap.nodes, wants, gone, colocate=self.colocate)
+            admitted.append(Admitted(job, t, base, self._cap(ctx, job, elastic, base, t), surv, False))
+        return admitted
+
+    def _allocations(self, ctx: PolicyContext, admitted: list[Admitted], placed: dict[str, Placement],
+                     reasons: dict[str, PendingReason]) -> dict[str, Allocation]:
+        """The placed jobs' allocations (global batch per `batch`); the others wait for PLACEMENT."""
         allocs: dict[str, Allocation] = {}
         for j in admitted:
             p = placed.get(j.view.job_id)
@@ -270,28 +291,7 @@ class LyraPolicy(Policy):
                 allocs[j.view.job_id] = Allocation(p, 0, None, bs)
             else:
                 reasons[j.view.job_id] = PendingReason.PLACEMENT
-        return Decision(allocs, reasons, tuple(choice.servers) if choice else (),
-                        None if self.periodic else INF)
-
-    @staticmethod
-    def _local_room(snap: ClusterSnapshot, admitted: list[_Job], gone: frozenset[NodeId]) -> dict[str, int]:
-        """`local` of each running elastic job that may grow: its GPUs on its main server plus an equal share
-        (among the growing jobs there) of that server's free GPUs (module docstring, colocation)."""
-        used: dict[NodeId, int] = {}
-        main: dict[str, tuple[NodeId, int]] = {}
-        share: dict[NodeId, int] = {}
-        for j in admitted:
-            for n, g in j.current:
-                used[n] = used.get(n, 0) + g
-            if j.current and j.cap > j.base:
-                h = max(j.current, key=lambda x: (x[1], x[0]))
-                main[j.view.job_id] = h
-                share[h[0]] = share.get(h[0], 0) + 1
-        if not main:
-            return {}
-        size = {n.node_id: n.num_gpus for n in snap.nodes if n.node_id not in gone}
-        return {jid: own + max(size[h] - used.get(h, 0), 0) // share[h]
-                for jid, (h, own) in main.items() if h in size}
+        return allocs
 
     def _gbs(self, spec: JobSpec, app: Application, n: int) -> int:
         """Global batch on n GPUs (`batch`, module docstring)."""
@@ -343,57 +343,16 @@ class LyraPolicy(Policy):
         self.reclaim_log.append(row)
         return choice
 
-    def _phase2(self, snap: ClusterSnapshot, ctx: PolicyContext, admitted: list[_Job], free: dict[str, int],
-                per_node: dict[str, int], local: dict[str, int]) -> dict[str, int]:
-        """Extra GPUs per elastic job: one MCKP per GPU type (module docstring)."""
-        out: dict[str, int] = {}
-        for t, cap in free.items():
-            if cap <= 0:
-                continue
-            jobs = [j for j in admitted if j.gpu_type == t and j.cap > j.base]
-            if not jobs:
-                continue
-            weights: list[np.ndarray] = []
-            values: list[np.ndarray] = []
-            start: list[int] = []
-            for j in jobs:
-                k_max = min(j.cap - j.base, cap)
-                k_now = sum(g for _, g in j.current) - j.base if j.current else 0
-                start.append(k_now if 0 <= k_now <= k_max else 0)
-                times = self._times(ctx, j.view, t, j.base, k_max, per_node[t], local.get(j.view.job_id, 0))
-                eff = times.copy()  # predicted remaining time including the stall a rescale costs
-                if j.current and not j.disturbed and self.rescale_penalty > 0:
-                    k_cur = sum(g for _, g in j.current) - j.base
-                    app = job_model(j.view, ctx)
-                    rc = app.restart_cost if app is not None else FALLBACK_RESTART_COST
-                    pen = np.full(len(eff), self.rescale_penalty * rc)
-                    if 0 <= k_cur < len(eff):
-                        pen[k_cur] = 0.0
-                    eff = eff + pen
-                v = self._value(times[0], eff)
-                weights.append(np.arange(len(v), dtype=np.int64))
-                values.append(v)
-            size = sum(len(w) for w in weights) * (cap + 1)
-            use_dp = self.solver == "dp" or (self.solver == "auto" and size <= self.exact_budget)
-            sol = (_mckp.solve_dp(weights, values, cap) if use_dp
-                   else _mckp.solve_greedy(weights, values, cap, start=start))
-            if self.check_mckp:
-                heur = sol if not use_dp else _mckp.solve_greedy(weights, values, cap, start=start)
-                exact = sol if use_dp else _mckp.solve_dp(weights, values, cap)
-                self.mckp_log.append({"time": snap.now, "groups": len(jobs), "capacity": cap,
-                                      "greedy": heur.value, "exact": exact.value})
-            for j, k in zip(jobs, sol.choice, strict=True):
-                if k:
-                    out[j.view.job_id] = int(k)
-        return out
-
-    def _value(self, t0: float, eff: np.ndarray) -> np.ndarray:
-        """Item values from the remaining time at base `t0` and with k extras `eff[k]` (module docstring)."""
-        if self.value == "jct":
-            return t0 - eff
-        t0 = max(float(t0), 1e-9)
-        return RATE_SCALE * RATE_SCALE * (1.0 / np.maximum(eff, 1e-9) - 1.0 / t0)
-
     def state_dict(self) -> dict[str, Any]:
         return {}
 
+
+def _capacity_without(nodes: tuple[NodeView, ...], gone: frozenset[NodeId]) -> tuple[dict[str, int], dict[str, int]]:
+    """(GPUs per type, largest node per type) of the cluster without the servers a reclaim returns."""
+    free: dict[str, int] = {}
+    per_node: dict[str, int] = {}
+    for n in nodes:
+        if n.node_id not in gone:
+            free[n.gpu_type] = free.get(n.gpu_type, 0) + n.num_gpus
+            per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
+    return free, per_node

@@ -24,45 +24,44 @@ the current epoch run began), `stamp` (`last_epoch_scheduled`).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from elastisched.policies.ones.jobstate import OnesJobState
 
 CLOCKS = ("progress", "epochs")  # `delta_clock`: epochs of progress since the last change, or the artifact's count
 
 
-def advance(st: dict[str, Any]) -> None:
+def advance(st: OnesJobState) -> None:
     """Count the whole epoch runs a started job finished since the last call (+1 per evaluated epoch)."""
-    st.setdefault("ce", 0)
-    st.setdefault("origin", 0.0)
-    st.setdefault("stamp", 0)
-    if st["ce"] == 0 and st.get("ran"):  # running but never started by this policy (a restored state): count its
-        st["ce"], st["origin"] = 1 + int(st["e"] + 1e-9), float(int(st["e"] + 1e-9))  # epochs, plus the evaluation
-    k = int(st["e"] - st["origin"] + 1e-9)
-    if k > 0 and st["ce"] > 0:  # ce 0: never started (no initial evaluation yet)
-        st["ce"] += k
-        st["origin"] += k
+    if st.ce is None:  # the clock's first use on this job
+        st.ce, st.origin, st.stamp = 0, 0.0, 0
+    if st.ce == 0 and st.ran:  # running but never started by this policy (a restored state): count its
+        st.ce, st.origin = 1 + int(st.e + 1e-9), float(int(st.e + 1e-9))  # epochs, plus the evaluation
+    k = int(st.e - st.origin + 1e-9)
+    if k > 0 and st.ce > 0:  # ce 0: never started (no initial evaluation yet)
+        st.ce += k
+        st.origin += k
 
 
-def since(sts: list[dict[str, Any]]) -> np.ndarray:
+def since(sts: list[OnesJobState]) -> np.ndarray:
     """Per job, `completed_epochs − last_epoch_scheduled` now (what `_update` compares with δ)."""
     for st in sts:
         advance(st)
-    return np.array([st["ce"] - st["stamp"] for st in sts], dtype=float)
+    return np.array([st.ce - st.stamp for st in sts], dtype=float)
 
 
-def stamp(sts: list[dict[str, Any]], changed: np.ndarray, placed: np.ndarray, reset_all: bool) -> None:
+def stamp(sts: list[OnesJobState], changed: np.ndarray, placed: np.ndarray, reset_all: bool) -> None:
     """After a deployment: each job whose own placement changed leaves its epoch (kept if ≥ half done) and starts
     a new one (a first start runs its initial evaluation, after the stamp); then every job of the new schedule
     (`reset_all`, the artifact) or only the changed ones is stamped with its count."""
     for i, st in enumerate(sts):
         advance(st)
         if changed[i]:
-            if st["ce"] == 0:  # first start: stamped at 0, then the initial evaluation makes the count 1
-                st["stamp"], st["ce"], st["origin"] = 0, 1, st["e"]
+            if st.ce == 0:  # first start: stamped at 0, then the initial evaluation makes the count 1
+                st.stamp, st.ce, st.origin = 0, 1, st.e
                 continue
-            if st["e"] - st["origin"] >= 0.5 - 1e-9:
-                st["ce"] += 1
-            st["origin"] = st["e"]
+            if st.e - st.origin >= 0.5 - 1e-9:
+                st.ce += 1
+            st.origin = st.e
         if placed[i] and (changed[i] or reset_all):
-            st["stamp"] = st["ce"]
+            st.stamp = st.ce

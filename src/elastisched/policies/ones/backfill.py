@@ -1,7 +1,7 @@
 """Work-conserving admission after ONES's deployment (`backfill`, docs/ones.md D12; tuned preset).
 
 Why: the GA gives GPUs to the growth of running jobs, and only afterwards the restart-aware hold
-(`ones_deploy.hold`) keeps a growth that does not pay, or the δ throttle defers a move. The GPUs meant for
+(`ones.deploy.hold`) keeps a growth that does not pay, or the δ throttle defers a move. The GPUs meant for
 that growth then stay idle while the jobs the best individual left out (or placed on slots still held by a
 deferred job) wait: on Pollux workload-1 (seed 0) nearly all of the queueing time was spent with at least the
 waiting job's start size idle after the decision. This pass starts waiting jobs on the slots the deployed
@@ -12,11 +12,10 @@ without a progress log is admitted here (the ONES trace, where every job has one
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from elastisched.core.types import JobView
+from elastisched.policies.ones.jobstate import OnesJobState
 from elastisched.policies.ones.ops import EMPTY
 
 
@@ -65,15 +64,15 @@ def seed_rows(pop: np.ndarray, out: np.ndarray, started: np.ndarray) -> np.ndarr
     return pop
 
 
-def admit(out: np.ndarray, node_of: np.ndarray, jobs: list[JobView], sts: list[dict[str, Any]],
+def admit(out: np.ndarray, node_of: np.ndarray, jobs: list[JobView], sts: list[OnesJobState],
           pop: np.ndarray | None, without_log: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """`backfill` for the waiting jobs without a progress log (`without_log`, per job: `ones_limits.no_log`), at
+    """`backfill` for the waiting jobs without a progress log (`without_log`, per job: `ones.limits.no_log`), at
     their resume size (a preempted job) or their start size (`max_size` of a new job). Returns the array to
     deploy and the population with them seeded."""
     waiting = np.array([not j.gpus for j in jobs], dtype=bool) & without_log
     if not waiting.any() or not (out == EMPTY).any():
         return out, pop
-    size = np.array([st["resume"] or st["max_size"] for st in sts], dtype=np.int64)
+    size = np.array([st.resume or st.max_size for st in sts], dtype=np.int64)
     attained = np.array([j.attained_service for j in jobs], dtype=float)
     new, started = backfill(out, node_of, waiting, size, attained)
     return new, (seed_rows(pop, new, started) if pop is not None and started.any() else pop)

@@ -1,6 +1,6 @@
 """The tuned preset's fitness: the predicted sum of every job's completion time, queued jobs included.
 
-ONES's own fitness (§2.6, `_ones_ops.fitness`) scores only the jobs a candidate runs; reading D4 ("time")
+ONES's own fitness (§2.6, `ones.ops.fitness`) scores only the jobs a candidate runs; reading D4 ("time")
 counts a left-out job as if it ran on one GPU, so preempting never looks like a gain and, on a loaded
 cluster, long jobs hold the GPUs while short ones queue (docs/ones.md "Results on the Pollux benchmark").
 This fitness (`fitness="jct"`, docs/ones.md D5) scores a candidate by the sum over ALL active jobs of their
@@ -18,7 +18,7 @@ predicted completion time from now, in the order the candidate serves them:
   / C + T_j(g_j). Left-out jobs are served in ascending g_j · T_j(g_j) (Smith's rule on GPU-time).
 
 Swapping a running job L for a waiting job M of the same size g then gains about g (T_L − T_M) / C, so a
-preemption pays only if that exceeds the restart it charges (`ones_deploy.move_cost`, × `preempt_factor`):
+preemption pays only if that exceeds the restart it charges (`ones.deploy.move_cost`, × `preempt_factor`):
 LAS with a threshold in units of the restart cost, instead of Tiresias's fixed GPU-time queues.
 """
 

@@ -9,14 +9,13 @@ the real cluster, where a job must be redeployed at `max_size` before it may dou
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from elastisched.core.types import JobSpec, JobView
+from elastisched.policies.ones.jobstate import OnesJobState
 
 
-def caps(jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c: int, med_pool: list[float],
+def caps(jobs: list[JobView], sts: list[OnesJobState], executed: np.ndarray, c: int, med_pool: list[float],
          tp_limit: np.ndarray | None, *, cap_factor: int, artifact_gate: bool, scale_gate: float, growth: str,
          sd_factor: float, once_per_epoch: bool = False, soak: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """GA caps and max sizes after the scale-up / scale-down / scale-in limits (ones.md §2.7)."""
@@ -27,23 +26,23 @@ def caps(jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c
         n = job.gpus
         limit = min(c, cap_factor * job.spec.num_gpus)
         if n and executed[i]:
-            gate = st["e"] >= 1.0 if artifact_gate else st["e"] - st["last_change"] >= scale_gate
+            gate = st.e >= 1.0 if artifact_gate else st.e - st.last_change >= scale_gate
             if gate:
-                epoch = int(st["e"] + 1e-9)
-                may = not once_per_epoch or epoch > st.get("doubled_at", -1)
-                if may and n >= st["max_size"] and (tp_limit is None or st["max_size"] < tp_limit[i]):
-                    grown = 2 * st["max_size"] if growth == "double" else max(2 * st["max_size"], limit)
-                    if min(c, grown) > st["max_size"]:
-                        st["doubled_at"] = epoch
-                    st["max_size"] = min(c, grown)
-                out[i] = min(st["max_size"], limit)
+                epoch = int(st.e + 1e-9)
+                may = not once_per_epoch or epoch > (-1 if st.doubled_at is None else st.doubled_at)
+                if may and n >= st.max_size and (tp_limit is None or st.max_size < tp_limit[i]):
+                    grown = 2 * st.max_size if growth == "double" else max(2 * st.max_size, limit)
+                    if min(c, grown) > st.max_size:
+                        st.doubled_at = epoch
+                    st.max_size = min(c, grown)
+                out[i] = min(st.max_size, limit)
             else:
                 out[i] = n
         elif n:
             out[i] = n
         elif executed[i]:
-            out[i] = st["resume"] or st["max_size"]
-        maxs[i] = max(st["max_size"], out[i]) if soak else min(max(st["max_size"], out[i]), limit)
+            out[i] = st.resume or st.max_size
+        maxs[i] = max(st.max_size, out[i]) if soak else min(max(st.max_size, out[i]), limit)
         if tp_limit is not None and executed[i]:
             out[i], maxs[i] = min(out[i], tp_limit[i]), min(maxs[i], tp_limit[i])
         if job.spec.elastic:  # a job the workload marks elastic stays within its bounds

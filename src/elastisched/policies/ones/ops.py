@@ -171,19 +171,8 @@ def _runs(free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends - starts
 
 
-def reorder(alloc: np.ndarray, current: np.ndarray, node_of_slot: np.ndarray) -> np.ndarray:
-    """Lay each job out as one contiguous block of `alloc[j]` slots, moving few running jobs (§2.8).
-
-    Greedy replacement of the artifact's approximate-Levenshtein DP (docs/ones.md "reorder"), O(C + J log J)
-    numpy work plus one short Python step per job that must be (re)placed:
-    1. a job already deployed on one contiguous block keeps the first min(alloc, current) slots of it;
-    2. a job that grows extends its kept block into free slots right after (then before) it, if they suffice;
-    3. every other job (new, resumed, growing without room, or fragmented) is placed largest first into
-       the free run that fits it best (fewest spare slots, ties: node-aligned, then lowest slot);
-    4. if fragmentation leaves no run large enough, everything is compacted left in current order (a
-       job moves only if its start slot changes) and the rest is appended.
-    Returns the new (C,) slot array.
-    """
+def _keep_blocks(alloc: np.ndarray, current: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 1 of `reorder`: (slot array with the kept blocks, each job's first slot, slots kept per job)."""
     c = current.shape[0]
     j = alloc.shape[0]
     out = np.full(c, EMPTY, dtype=np.int64)
@@ -201,7 +190,12 @@ def reorder(alloc: np.ndarray, current: np.ndarray, node_of_slot: np.ndarray) ->
                                                         - np.repeat(np.cumsum(keep_n[kept]) - keep_n[kept],
                                                                     keep_n[kept]))
         out[slots] = np.repeat(kept, keep_n[kept])
-    # grow in place
+    return out, first, keep_n
+
+
+def _grow_in_place(out: np.ndarray, alloc: np.ndarray, first: np.ndarray, keep_n: np.ndarray) -> None:
+    """Step 2 of `reorder` (in place): a growing job extends its kept block into free slots after, then before
+    it; one that cannot is cleared (`keep_n` 0) to be placed whole."""
     for jj in np.flatnonzero((keep_n > 0) & (alloc > keep_n)):
         need = int(alloc[jj] - keep_n[jj])
         s, e = int(first[jj]), int(first[jj] + keep_n[jj])
@@ -217,6 +211,23 @@ def reorder(alloc: np.ndarray, current: np.ndarray, node_of_slot: np.ndarray) ->
             continue
         out[out == jj] = EMPTY  # cannot grow in place: re-place the whole block
         keep_n[jj] = 0
+
+
+def reorder(alloc: np.ndarray, current: np.ndarray, node_of_slot: np.ndarray) -> np.ndarray:
+    """Lay each job out as one contiguous block of `alloc[j]` slots, moving few running jobs (§2.8).
+
+    Greedy replacement of the artifact's approximate-Levenshtein DP (docs/ones.md "reorder"), O(C + J log J)
+    numpy work plus one short Python step per job that must be (re)placed:
+    1. a job already deployed on one contiguous block keeps the first min(alloc, current) slots of it;
+    2. a job that grows extends its kept block into free slots right after (then before) it, if they suffice;
+    3. every other job (new, resumed, growing without room, or fragmented) is placed largest first into
+       the free run that fits it best (fewest spare slots, ties: node-aligned, then lowest slot);
+    4. if fragmentation leaves no run large enough, everything is compacted left in current order (a
+       job moves only if its start slot changes) and the rest is appended.
+    Returns the new (C,) slot array.
+    """
+    out, first, keep_n = _keep_blocks(alloc, current)
+    _grow_in_place(out, alloc, first, keep_n)
     todo = np.flatnonzero((alloc > 0) & (keep_n == 0))
     todo = todo[np.argsort(-alloc[todo], kind="stable")]
     node_start = np.r_[True, node_of_slot[1:] != node_of_slot[:-1], True]

@@ -10,9 +10,9 @@ from the Beta-regression predictor on the job's per-epoch loss/accuracy log (`at
 indexed by epochs done = progress / `epoch_work`). `JobView.total_work` (the hidden convergence point) is
 never read while a job runs. Bug fixes and readings: docs/ones.md.
 
-Options and presets (`ones_presets`: "tuned" default, "faithful", "artifact"; docs/ones.md "Presets"): D1 `start`,
-D2 `growth`, D3 `samples`, D4-D5 `fitness` (`ones_jct`), D6-D8, the artifact's rules, the restart-aware ones.
-No I/O: the predictor's bootstrap data (`models.ones_history.FoldedHistory`, split by run so no job is
+Options and presets (`ones.presets`: "tuned" default, "faithful", "artifact"; docs/ones.md "Presets"): D1 `start`,
+D2 `growth`, D3 `samples`, D4-D5 `fitness` (`ones.jct`), D6-D8, the artifact's rules, the restart-aware ones.
+No I/O: the predictor's bootstrap data (`ones.history.FoldedHistory`, split by run so no job is
 predicted by a model that saw it, or a `history_table`) arrives as `history=` or `ctx.options["ones_history"]`.
 """
 
@@ -34,16 +34,24 @@ from elastisched.policies.ones import layout as ones_layout
 from elastisched.policies.ones import predict as pred
 from elastisched.policies.ones import state as ones_state
 from elastisched.policies.ones.history import FoldedHistory
+from elastisched.policies.ones.jobstate import OnesJobState
 from elastisched.policies.ones.limits import big_jobs, no_log, start_size
 from elastisched.policies.ones.limits import caps as limit_caps
 from elastisched.policies.ones.online_throughput import OnlineThroughput
 from elastisched.policies.ones.ops import job_batch
-from elastisched.policies.ones.presets import DEFAULTS, PRESETS
-from elastisched.policies.ones.progress_predictor import BetaProgressPredictor, HistoryTable, features
+from elastisched.policies.ones.presets import PRESETS, build
+from elastisched.policies.ones.progress_predictor import BetaProgressPredictor, HistoryTable
 
 EMPTY = ops.EMPTY
 HISTORY_OPTION = "ones_history"  # context option carrying the predictor's bootstrap table (loaded by the caller)
-__all__ = ["DEFAULTS", "EMPTY", "HISTORY_OPTION", "PRESETS", "OnesPolicy", "job_batch"]
+__all__ = ["EMPTY", "HISTORY_OPTION", "PRESETS", "OnesPolicy", "job_batch"]
+
+
+
+#: finished jobs' run times kept for the scale-down median, the most recent ones (ones.md §2.7: "median
+#: execution time over all jobs that have started"): a live service running for months must not save one
+#: float per job it ever ran. Our bound, not the paper's; a run with fewer finished jobs decides as before.
+FINISHED_RUN_TIMES_KEPT = 10_000
 
 
 @register
@@ -54,62 +62,21 @@ class OnesPolicy(Policy):
     elastic = True
     needs_progress = True
 
-    def __init__(self, preset: str = "tuned", **options: Any) -> None:
-        if preset not in PRESETS:
-            raise ConfigError("preset", preset, f"unknown; known: {', '.join(PRESETS)}")
-        unknown = sorted(set(options) - set(DEFAULTS))
-        if unknown:
-            raise ConfigError("ones option", unknown[0], f"unknown; known: {', '.join(sorted(DEFAULTS))}")
-        o = {**DEFAULTS, **PRESETS[preset], **options}
-        self.preset, self.options = preset, {k: v for k, v in o.items() if k != "history"}
-        population, xi, theta, delta_epochs = o["population"], o["xi"], o["theta"], o["delta_epochs"]
-        scale_gate_epochs, artifact_scale_gate = o["scale_gate_epochs"], o["artifact_scale_gate"]
-        scale_down_factor, cap_factor, sample_rho, history = (o["scale_down_factor"], o["cap_factor"],
-                                                              o["sample_rho"], o["history"])
-        interval, refit, throttle, throughput_limit = o["interval"], o["refit"], o["throttle"], o["throughput_limit"]
-        min_gain, bootstrap, start, growth = o["min_gain"], o["bootstrap"], o["start"], o["growth"]
-        samples, fitness, require_history = o["samples"], o["fitness"], o["require_history"]
-        if o["scale_in"] not in ("passed_over", "every"):
-            raise ConfigError("scale_in", o["scale_in"], "must be 'passed_over' or 'every'")
-        for key, ok in (("delta_reset", ("changed", "all")), ("delta_clock", art.CLOCKS),
-                        ("queue_area", ("row", "resume"))):
-            if o[key] not in ok:
-                raise ConfigError(key, o[key], f"must be one of {', '.join(ok)}")
-        self.scale_in_mode, self.delta_reset, self.epoch_clock = o["scale_in"], o["delta_reset"], o["delta_clock"]
-        self.keep_first, self.once_per_epoch = bool(o["refresh_keep_first"]), bool(o["double_once_per_epoch"])
-        self.restart_aware = bool(o["restart_aware"])
-        self.restart_cost, self.resize_cost = float(o["restart_cost"]), float(o["resize_cost"])
-        self.quiet_s, self.hold_factor = float(o["quiet_s"]), float(o["hold_factor"])
-        self.hold_free = self.hold_factor if o["hold_free"] is None else float(o["hold_free"])  # D13
-        self.preempt_factor, self.prior_s = float(o["preempt_factor"]), float(o["prior_s"])
-        self.start_whole, self.resize_factor, self.pack = (bool(o["start_whole"]), float(o["resize_factor"]),
-                                                           bool(o["pack_nodes"]))
-        self.resume_area, self.explore = o["queue_area"] == "resume", bool(o["explore"])
-        self.big_start, self.big_explore, self._idle = int(o["big_start"]), int(o["big_explore"]), 0  # D9, D10
-        self.soak, self.backfill = bool(o["soak"]), bool(o["backfill"])  # D11, D12
-        self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
-        self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
-        if throttle not in ("job", "global"):
-            raise ValueError(f"throttle={throttle!r}: must be 'job' or 'global'")
-        if start not in ("one", "request", "node"):
-            raise ValueError(f"start={start!r}: must be 'one', 'request' or 'node'")
-        if growth not in ("double", "cap"):
-            raise ValueError(f"growth={growth!r}: must be 'double' or 'cap'")
-        if fitness not in ("gpu_time", "time", "jct", "mixed"):
-            raise ValueError(f"fitness={fitness!r}: must be 'gpu_time', 'time', 'jct' or 'mixed'")
-        self.start, self.growth, self.use_samples, self.fitness = start, growth, bool(samples), fitness
-        self.throttle, self.throughput_limit, self.min_gain = throttle, bool(throughput_limit), float(min_gain)
-        self.k, self.xi, self.theta, self.delta = int(population), float(xi), float(theta), float(delta_epochs)
-        self.scale_gate, self.artifact_gate = float(scale_gate_epochs), bool(artifact_scale_gate)
-        self.sd_factor, self.cap_factor, self.sample_rho = float(scale_down_factor), int(cap_factor), sample_rho
-        self.interval = float(interval)  # type: ignore[misc]
-        self.refit = refit
+    def __init__(self, preset: str = "tuned", history: HistoryTable | FoldedHistory | None = None,
+                 **options: Any) -> None:
+        """`preset` with `options` on top (`OnesOptions`); `history` is the predictor's bootstrap data (loaded by
+        the caller: policies do no I/O), else `ctx.options["ones_history"]` at the first round."""
+        self.preset, self.opts = preset, build(preset, **options)
+        self.options = self.opts.as_dict()
+        self.interval = self.opts.interval  # type: ignore[misc]
         if history is not None and not isinstance(history, FoldedHistory) and not (isinstance(history, tuple)
                                                                               and len(history) == 2):
             raise ConfigError("history", type(history).__name__, "must be the (features, rho) table from "
-                              "models.progress_predictor.history_table, loaded by the caller (policies do no I/O)")
-        self.bootstrap, self.require_history = bool(bootstrap), bool(require_history)
-        self.history: HistoryTable | FoldedHistory | None = history if bootstrap else None
+                              "ones.progress_predictor.history_table, loaded by the caller (policies do no I/O)")
+        self.history = history if self.opts.bootstrap else None
+        self._idle = 0
+        self._jct: tuple[np.ndarray, ...] = (np.zeros((1, 0)), np.zeros(0, dtype=np.int64), np.zeros(0, bool))
+        self._quiet: dict[str, Any] | None = None  # signature of the last settled round (`quiet_s`)
         self.thr = OnlineThroughput()
         self._tab: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None = None  # cached throughput tables
         self._xtab = np.zeros((1, 0))
@@ -117,14 +84,14 @@ class OnesPolicy(Policy):
         self._layouts: tuple[Any, list[str], dict[bytes, np.ndarray]] = (None, [], {})  # reorder memo
         self.pred = BetaProgressPredictor()
         self.preds = [self.pred]  # one model per held-out fold of a `FoldedHistory` (no leakage), else one
-        self._folds: FoldedHistory | None = history if isinstance(history, FoldedHistory) else None
+        self._folds = history if isinstance(history, FoldedHistory) else None
         self._rng: np.random.Generator | None = None
         self.ids: list[str] = []  # job order of the genome columns (active jobs of the last round)
         self._specs: list[JobSpec] = []  # specs in the same order (this round)
         self._node_gpus = 0  # GPUs of the largest node (this round; 0 = unknown)
         self.pop: np.ndarray | None = None  # (K, C) job indices into `ids`
         self.slots: dict[str, list[int]] = {}  # deployed slots per job
-        self.js: dict[str, dict[str, Any]] = {}  # per-job ONES state (ones.md §2.3)
+        self.js: dict[str, OnesJobState] = {}  # per-job ONES state (ones.md §2.3)
         self.finished_run_times: list[float] = []
         self.capacity = 0
 
@@ -132,14 +99,14 @@ class OnesPolicy(Policy):
         if self._rng is None:
             self._rng = np.random.default_rng(ctx.seed)
             table = self.history
-            if table is None and self.bootstrap:
+            if table is None and self.opts.bootstrap:
                 table = ctx.options.get(HISTORY_OPTION)
-            if table is None and self.require_history:
+            if table is None and self.opts.require_history:
                 raise ConfigError(HISTORY_OPTION, None, "ONES must bootstrap its progress predictor but no history "
                                   "table was given (load job_history.csv with history_table, pass history=)")
             if isinstance(table, FoldedHistory):  # a job is predicted by the model that never saw its run
                 self._folds = table
-            if table is not None and self.bootstrap:
+            if table is not None and self.opts.bootstrap:
                 self.preds = pred.bootstrap(self.preds, table, ctx.seed)
                 self.pred = self.preds[0]
         return self._rng
@@ -152,50 +119,46 @@ class OnesPolicy(Policy):
         self._tab = None
         if st is None:
             return
-        self.finished_run_times.append(st.get("run_time", 0.0))
-        pred.learn(self.preds, st, self.refit)
+        self.finished_run_times.append(st.run_time)
+        if len(self.finished_run_times) > FINISHED_RUN_TIMES_KEPT:
+            del self.finished_run_times[0]
+        pred.learn(self.preds, st, self.opts.refit)
 
     # ------------------------------------------------------------------ per-job bookkeeping
     def _start_size(self, spec: JobSpec) -> int:
-        """GPUs a new job is admitted with (D1, D9: `ones_limits.start_size`)."""
-        return start_size(spec, self.start, self._node_gpus, self._idle if self.big_start else -1, self.big_start)
+        """GPUs a new job is admitted with (D1, D9: `ones.limits.start_size`)."""
+        idle = self._idle if self.opts.big_start else -1
+        return start_size(spec, self.opts.start, self._node_gpus, idle, self.opts.big_start)
 
-    def _observe(self, job: JobView) -> dict[str, Any]:
+    def _observe(self, job: JobView) -> OnesJobState:
+        """This round's view of a job in its ONES state (created on first sight); logs the epochs it finished."""
         jid, a = job.job_id, job.spec.attrs
         st = self.js.get(jid)
         if st is None:
-            st = self.js[jid] = {"max_size": self._start_size(job.spec), "resume": 0, "last_change": 0.0,
-                                 "last_placed": 0.0, "ran": False,
-                                 "logged": 0, "log": [], "epoch_size": a.get("epoch_size"),
-                                 "fold": self._folds.fold_of_job(a) if self._folds is not None else 0}
+            st = self.js[jid] = OnesJobState(self._start_size(job.spec), epoch_size=a.get("epoch_size"),
+                                             fold=self._folds.fold_of_job(a) if self._folds is not None else 0)
         ew = float(a.get("epoch_work", 0.0))
         e = job.progress / ew if ew > 0 else float(job.epoch)
-        st["e"], st["run_time"], st["samples"] = e, job.run_time, job.samples_done
-        st["total_epochs"] = job.total_work / ew if ew > 0 else max(e, 1.0)  # read at completion only
+        st.e, st.run_time, st.samples = e, job.run_time, job.samples_done
+        st.total_epochs = job.total_work / ew if ew > 0 else max(e, 1.0)  # read at completion only
         k = int(e + 1e-9)
-        if k > st["logged"]:
+        if k > st.logged:
             # a reading only for an epoch the job ran whole at its current size (no reading before a real epoch)
-            if job.gpus and job.gpus in job.observed_throughput and st["last_change"] <= k - 1 + 1e-9:
+            if job.gpus and job.gpus in job.observed_throughput and st.last_change <= k - 1 + 1e-9:
                 self.thr.observe(jid, job.gpus, job.observed_throughput[job.gpus])
                 self._tab = None
-            acc, loss = a.get("acc_curve"), a.get("loss_curve")
-            il = float(a.get("initial_loss", 0.0))
-            es = float(a.get("epoch_size") or 1.0)
-            for kk in range(st["logged"] + 1, k + 1):
-                ac = float(acc[min(kk, len(acc)) - 1]) if acc else 0.0
-                lo = float(loss[min(kk, len(loss)) - 1]) if loss else il
-                st["log"].append((features(es, il, kk, lo, ac).tolist(), kk * es))
-            st["logged"] = k
+            st.log_epochs(a, k)
         if job.gpus:
-            st["ran"] = True
+            st.ran = True
         return st
 
-    def _caps(self, jobs: list[JobView], sts: list[dict[str, Any]], executed: np.ndarray, c: int,
+    def _caps(self, jobs: list[JobView], sts: list[OnesJobState], executed: np.ndarray, c: int,
               med_pool: list[float], tp_limit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """GA caps and max sizes (`ones_limits.caps`, ones.md §2.7)."""
-        return limit_caps(jobs, sts, executed, c, med_pool, tp_limit, cap_factor=self.cap_factor,
-                          artifact_gate=self.artifact_gate, scale_gate=self.scale_gate, growth=self.growth,
-                          sd_factor=self.sd_factor, once_per_epoch=self.once_per_epoch, soak=self.soak)
+        """GA caps and max sizes (`ones.limits.caps`, ones.md §2.7)."""
+        o = self.opts
+        return limit_caps(jobs, sts, executed, c, med_pool, tp_limit, cap_factor=o.cap_factor,
+                          artifact_gate=o.artifact_scale_gate, scale_gate=o.scale_gate_epochs, growth=o.growth,
+                          sd_factor=o.scale_down_factor, once_per_epoch=o.double_once_per_epoch, soak=o.soak)
 
     # ------------------------------------------------------------------ layout helpers
     def _current(self, snap: ClusterSnapshot, index: dict[str, int], node_first: dict[str, int]) -> np.ndarray:
@@ -216,6 +179,7 @@ class OnesPolicy(Policy):
 
     # ------------------------------------------------------------------ one round
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        """One round: observe, lay out, one generation on the predicted remaining work, deploy (ones.md §2)."""
         rng = self._ensure(ctx)
         c = snap.total_gpus
         self._node_gpus = max((n.num_gpus for n in snap.nodes), default=0)
@@ -226,62 +190,77 @@ class OnesPolicy(Policy):
             quiet = self._quiet_round(snap, ids, sts, jobs)
             if quiet is not None:
                 return quiet
+        cur = self._layout_round(snap, jobs, ids, c)
+        if not jobs:
+            return Decision({})
+        quiet = self._quiet_round(snap, ids, sts, jobs)
+        if quiet is not None:
+            return quiet
+        e = np.array([st.e for st in sts])
+        running = np.array([j.gpus > 0 for j in jobs])
+        new = ~running & ((e < 1.0) | np.array([not st.ran for st in sts]))
+        executed = ~new & (e >= 1.0)
+        med_pool = [j.run_time for j in jobs if j.start_time is not None] + self.finished_run_times
+        pts_n, pts_x, limit, free = self._throughput_round(ids, c)
+        caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
+        rem = pred.remaining(sts, executed, self.preds, self.opts.samples, self.opts.sample_rho, rng)
+        if self.pop is None:
+            self.pop = np.repeat(cur[None, :], self.opts.population, axis=0)
+        if self.opts.fitness in ("jct", "mixed"):  # D5: predicted completion times, queued jobs included (`ones.jct`)
+            self._jct = self._completion_inputs(jobs, running, caps, rem, pts_n, free, c)
+        best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
+        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.opts.resize_cost,
+                         np.where(free, self.opts.hold_free_factor, self.opts.hold_factor), self._xtab)
+                if self.opts.restart_aware else None)
+        dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
+        after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
+        self._quiet = {"sig": self._sig(ids, sts, after), "t": snap.now,
+                       "reasons": {k: str(v) for k, v in dec.reasons.items()}}
+        return dec
+
+    def _layout_round(self, snap: ClusterSnapshot, jobs: list[JobView], ids: list[str], c: int) -> np.ndarray:
+        """This round's slot → node maps and deployed slot array; the kept population remapped to `ids`."""
         self._node_of = np.repeat(np.arange(len(snap.nodes)), [n.num_gpus for n in snap.nodes])
         self._node_ids = [n.node_id for n in snap.nodes]
         self._node_types = [n.gpu_type for n in snap.nodes]
-        node_first = {n.node_id: int(s) for n, s in zip(snap.nodes, np.cumsum([0] + [x.num_gpus for x in snap.nodes]),
-                                                         strict=False)}
+        firsts = np.cumsum([0] + [x.num_gpus for x in snap.nodes])
+        node_first = {n.node_id: int(s) for n, s in zip(snap.nodes, firsts, strict=False)}
         self._specs = [j.spec for j in jobs]
         index = {jid: i for i, jid in enumerate(ids)}
         if c != self.capacity:
             self.capacity, self.pop, self.slots = c, None, {}
         cur = self._current(snap, index, node_first)
         self._idle = int((cur < 0).sum())
-        # remap the stored population onto this round's job order
         if self.pop is not None:
             remap = np.array([index.get(jid, EMPTY) for jid in self.ids] + [EMPTY], dtype=np.int64)
             self.pop = remap[np.where(self.pop >= 0, self.pop, len(self.ids))]
         self.ids = ids
-        if not jobs:
-            return Decision({})
-        quiet = self._quiet_round(snap, ids, sts, jobs)
-        if quiet is not None:
-            return quiet
-        e = np.array([st["e"] for st in sts])
-        running = np.array([j.gpus > 0 for j in jobs])
-        new = ~running & ((e < 1.0) | np.array([not st["ran"] for st in sts]))
-        executed = ~new & (e >= 1.0)
-        med_pool = [j.run_time for j in jobs if j.start_time is not None] + self.finished_run_times
+        return cur
+
+    def _throughput_round(self, ids: list[str], c: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
+                                                                  np.ndarray]:
+        """(readings n, readings x, scaling limit, jobs without a progress log); sets `_xtab`, x(n) for n = 0..C."""
         if self._tab is None or self._tab[0] != ids or self._tab[3].shape[0] != c + 1:
             # the throughput tables change only with a reading; x(n) for n = 0..C is looked up, not interpolated
             pn, px = self.thr.tables(ids)
             self._tab = (ids, pn, px, self._xtable(ids, pn, px, c))
         pts_n, pts_x, self._xtab = self._tab[1], self._tab[2], self._tab[3]
-        limit = ops.scaling_limit(pts_n, pts_x, self.min_gain) if self.throughput_limit else None
+        limit = ops.scaling_limit(pts_n, pts_x, self.opts.min_gain) if self.opts.throughput_limit else None
         free = self._no_log = np.array([no_log(s) for s in self._specs], dtype=bool)  # read by D5, D12, D13
-        probe = free & (self.explore or (self.big_explore > 0 and big_jobs(self._specs, self._node_gpus,
-                                                                           self.big_explore)))
+        big = self.opts.big_explore > 0 and big_jobs(self._specs, self._node_gpus, self.opts.big_explore)
+        probe = free & (self.opts.explore or big)
         if probe.any():  # D8 (D10: jobs requesting ≥ big_explore nodes): optimistic sizes above the largest observed
             self._xtab, limit = jct.explore(self._xtab, limit, pts_n, pts_x, probe)
-        caps, maxs = self._caps(jobs, sts, executed, c, med_pool, limit)
-        rem = pred.remaining(sts, executed, self.preds, self.use_samples, self.sample_rho, rng)
-        if self.pop is None:
-            self.pop = np.repeat(cur[None, :], self.k, axis=0)
-        if self.fitness in ("jct", "mixed"):  # D5: predicted completion times, queued jobs included (`ones_jct`)
-            n_now = np.array([j.gpus for j in jobs], dtype=np.int64)
-            start = np.array([self._start_size(s) for s in self._specs], dtype=np.int64)
-            size = np.clip(np.where(running, n_now, np.where(caps > 0, caps, start)), 1, c)
-            prior = np.maximum([j.attained_service for j in jobs], self.prior_s * size)
-            self._jct = (jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size, free)
-        best = self._generation(cur, caps, maxs, new, executed, rem, pts_n, pts_x, rng, running)
-        held = (dep.hold(cur, best, running, rem, pts_n, pts_x, self.resize_cost,
-                         np.where(free, self.hold_free, self.hold_factor), self._xtab)
-                if self.restart_aware else None)
-        dec = self._deploy(snap, jobs, sts, cur, best, e, executed, held)
-        after = [dec.allocations[j.job_id].placement if j.job_id in dec.allocations else () for j in jobs]
-        self._quiet = {"sig": self._sig(ids, sts, after), "t": snap.now,
-                       "reasons": {k: str(v) for k, v in dec.reasons.items()}}
-        return dec
+        return pts_n, pts_x, limit, free
+
+    def _completion_inputs(self, jobs: list[JobView], running: np.ndarray, caps: np.ndarray, rem: np.ndarray,
+                           pts_n: np.ndarray, free: np.ndarray, c: int) -> tuple[np.ndarray, ...]:
+        """D5's (time table, sizes, jobs without a log): a queued job counted at its cap, else its start size."""
+        n_now = np.array([j.gpus for j in jobs], dtype=np.int64)
+        start = np.array([self._start_size(s) for s in self._specs], dtype=np.int64)
+        size = np.clip(np.where(running, n_now, np.where(caps > 0, caps, start)), 1, c)
+        prior = np.maximum([j.attained_service for j in jobs], self.opts.prior_s * size)
+        return jct.time_table(rem, self._xtab, np.isfinite(pts_n).any(axis=1), prior), size, free
 
     def _xtable(self, ids: list[str], pn: np.ndarray, px: np.ndarray, c: int) -> np.ndarray:
         """(C + 1, J) x(n) for n = 0..C. A job's column is kept until its next reading; the stale ones are
@@ -308,35 +287,36 @@ class OnesPolicy(Policy):
         """One generation (ones.md §2.8); returns the best slot array and keeps the K survivors."""
         assert self.pop is not None
         c, j = cur.shape[0], caps.shape[0]
-        parents = ops.trim_to_caps(self.pop, caps, self.keep_first)
-        pairs = np.array([rng.choice(parents.shape[0], 2, replace=False) for _ in range(self.k // 2)])
-        c1, c2 = ops.crossover(parents[pairs[:, 0]], parents[pairs[:, 1]], caps, rng, self.xi)
-        mutants = ops.mutate(parents, executed, rng, self.theta)
+        parents = ops.trim_to_caps(self.pop, caps, self.opts.refresh_keep_first)
+        pairs = np.array([rng.choice(parents.shape[0], 2, replace=False) for _ in range(self.opts.population // 2)])
+        c1, c2 = ops.crossover(parents[pairs[:, 0]], parents[pairs[:, 1]], caps, rng, self.opts.xi)
+        mutants = ops.mutate(parents, executed, rng, self.opts.theta)
         cand = np.concatenate([parents, c1, c2, mutants])
         x1 = self._xtab[1]
         key = np.where(executed, np.nan_to_num(rem, nan=0.0) / x1, np.inf)
         exec_order = np.flatnonzero(executed)[np.argsort(key[executed], kind="stable")]
-        start = None if self.start == "one" else np.array([min(self._start_size(self._specs[i]), c)
+        start = None if self.opts.start == "one" else np.array([min(self._start_size(self._specs[i]), c)
                                                             for i in range(j)], dtype=np.int64)
         counts, new_order = ops.counts(cand, j), np.flatnonzero(new)
-        if self.start_whole and start is not None:  # D6: all or nothing, with backfill
+        if self.opts.start_whole and start is not None:  # D6: all or nothing, with backfill
             counts, new_order = jct.admit_whole(counts, c, new_order, start), new_order[:0]
         counts = ops.pad(counts, c, new_order, exec_order, caps, np.where(executed, maxs, 0), start)
-        free = self._jct[2] if self.fitness == "mixed" else np.ones(j, dtype=bool)  # jobs without a progress log
-        if self.fitness == "jct":
-            score = jct.fitness(counts, self._jct[0], self._jct[1], c, None, self.resume_area)
-        elif self.fitness == "mixed":  # D4 for jobs with a progress log (exactly "time" when all have one), D5 else
+        free = self._jct[2] if self.opts.fitness == "mixed" else np.ones(j, dtype=bool)  # jobs without a log
+        resume_area = self.opts.queue_area == "resume"
+        if self.opts.fitness == "jct":
+            score = jct.fitness(counts, self._jct[0], self._jct[1], c, None, resume_area)
+        elif self.opts.fitness == "mixed":  # D4 for jobs with a log (exactly "time" when all have one), D5 else
             score = ops.fitness(counts, np.where(free, np.nan, rem), pts_n, pts_x, "time", self._xtab)
             if free.any():
-                score = score + jct.fitness(counts, self._jct[0], self._jct[1], c, free, self.resume_area)
+                score = score + jct.fitness(counts, self._jct[0], self._jct[1], c, free, resume_area)
         else:
-            score = ops.fitness(counts, rem, pts_n, pts_x, self.fitness, self._xtab)
-        if self.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
-            stop = self.restart_cost * np.where(free, self.preempt_factor, 1.0)
+            score = ops.fitness(counts, rem, pts_n, pts_x, self.opts.fitness, self._xtab)
+        if self.opts.restart_aware:  # tuned: each change to a running job pays its restart / resize cost
+            stop = self.opts.restart_cost * np.where(free, self.opts.preempt_factor, 1.0)
             score = score + dep.move_cost(counts, dep.slot_counts(cur, j), running, stop,  # type: ignore[arg-type]
-                                          self.resize_factor * self.resize_cost,
-                                          "gpu_time" if self.fitness == "gpu_time" else "time")
-        keep = ops.select(score, self.k)
+                                          self.opts.resize_factor * self.opts.resize_cost,
+                                          "gpu_time" if self.opts.fitness == "gpu_time" else "time")
+        keep = ops.select(score, self.opts.population)
         # reorder depends only on the counts: lay out each distinct survivor once (survivors repeat often)
         uniq, inv = jct.unique_rows(counts[keep])
         key = (cur.tobytes(), self._node_of.tobytes())
@@ -346,25 +326,25 @@ class OnesPolicy(Policy):
         laid = np.stack([memo[b] if (b := u.tobytes()) in memo else memo.setdefault(
             b, ops.reorder(u, cur, self._node_of)) for u in uniq])
         self.pop = laid[inv.reshape(-1)]
-        return ones_layout.pack(self.pop[0], self._node_of, running) if self.pack else self.pop[0]
+        return ones_layout.pack(self.pop[0], self._node_of, running) if self.opts.pack_nodes else self.pop[0]
 
-    def _deploy(self, snap: ClusterSnapshot, jobs: list[JobView], sts: list[dict[str, Any]], cur: np.ndarray,
+    def _deploy(self, snap: ClusterSnapshot, jobs: list[JobView], sts: list[OnesJobState], cur: np.ndarray,
                 best: np.ndarray, e: np.ndarray, executed: np.ndarray, held: np.ndarray | None = None) -> Decision:
-        """Apply `best` (ones.md §2.9, `ones_deploy.plan`): immediate starts on idle GPUs always; the rest only
+        """Apply `best` (ones.md §2.9, `ones.deploy.plan`): immediate starts on idle GPUs always; the rest only
         when every job whose placement changes has done ≥ δ epochs since its last (re)placement."""
         j = len(jobs)
         running = np.array([job.gpus > 0 for job in jobs])
-        since = art.since(sts) if self.epoch_clock == "epochs" else e - np.array([st["last_placed"] for st in sts])
-        out, full = dep.plan(cur, best, running, since, self.delta, self.throttle, held)
-        if self.backfill:  # D12: waiting jobs without a progress log start on the GPUs `out` leaves idle
+        since = art.since(sts) if self.opts.delta_clock == "epochs" else e - np.array([st.last_placed for st in sts])
+        out, full = dep.plan(cur, best, running, since, self.opts.delta_epochs, self.opts.throttle, held)
+        if self.opts.backfill:  # D12: waiting jobs without a progress log start on the GPUs `out` leaves idle
             out, self.pop = ones_backfill.admit(out, self._node_of, jobs, sts, self.pop, self._no_log)
-        for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.scale_in_mode)):
-            if sts[i]["resume"]:
-                sts[i]["resume"] = max(1, sts[i]["resume"] // 2)
-                sts[i]["max_size"] = sts[i]["resume"]
+        for i in np.flatnonzero(dep.scale_in(cur, out, running, executed, full, self.opts.scale_in)):
+            if sts[i].resume:
+                sts[i].resume = max(1, sts[i].resume // 2)
+                sts[i].max_size = sts[i].resume
         changed = dep.changed_jobs(cur, out, j)
-        reset_all = self.delta_reset == "all" and changed.any()  # artifact: a new schedule stamps every job
-        if self.epoch_clock == "epochs":  # the artifact's epoch count (`ones_artifact`)
+        reset_all = self.opts.delta_reset == "all" and changed.any()  # artifact: a new schedule stamps every job
+        if self.opts.delta_clock == "epochs":  # the artifact's epoch count (`ones.artifact`)
             art.stamp(sts, changed, dep.slot_counts(out, j) > 0, reset_all)
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
@@ -374,22 +354,22 @@ class OnesPolicy(Policy):
             st = sts[i]
             if sl.size == 0:
                 if job.gpus:
-                    st["resume"] = st["max_size"]  # stopped: resume at max_size (worker_complete)
+                    st.resume = st.max_size  # stopped: resume at max_size (worker_complete)
                 reasons[job.job_id] = PendingReason.NOT_SELECTED if full else PendingReason.THROTTLED
                 continue
             if job.gpus and not changed[i]:
                 self.slots[job.job_id] = sl.tolist()
                 allocs[job.job_id] = job.allocation
                 if reset_all:
-                    st["last_placed"] = st["e"]
+                    st.last_placed = st.e
                 continue
             if not self._allowed(job, sl):
                 reasons[job.job_id] = PendingReason.GPU_TYPE
                 continue
             self.slots[job.job_id] = sl.tolist()
             if sl.size != job.gpus:
-                st["last_change"] = st["e"]
-            st["last_placed"] = st["e"]
+                st.last_change = st.e
+            st.last_placed = st.e
             allocs[job.job_id] = self._allocation(job.spec, sl)
         return Decision(allocs, reasons)
 

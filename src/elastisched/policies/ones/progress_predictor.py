@@ -24,6 +24,9 @@ import numpy as np
 
 HIDDEN = 64
 MAX_ROWS = 2000
+#: training rows kept (the most recent): a fit subsamples MAX_ROWS of them, and a live service must not keep
+#: every epoch of every job it ever ran (our bound; below it, fits are exactly the unbounded ones)
+MAX_STORED_ROWS = 25 * MAX_ROWS
 LOSS_CLIP = 100.0
 RHO_EPS = 1e-4
 #: the predictor's training data: (features rows, ρ per row), as `history_table` reads it
@@ -83,8 +86,8 @@ class BetaProgressPredictor:
         rho = np.clip(np.asarray(rho, dtype=float).reshape(-1), RHO_EPS, 1 - RHO_EPS)
         if x.shape[0] != rho.shape[0] or x.shape[1] != 5:
             raise ValueError(f"features {x.shape} and targets {rho.shape} do not match (N, 5) / (N,)")
-        self.x = np.vstack([self.x, x])
-        self.rho = np.concatenate([self.rho, rho])
+        self.x = np.vstack([self.x, x])[-MAX_STORED_ROWS:]
+        self.rho = np.concatenate([self.rho, rho])[-MAX_STORED_ROWS:]
 
     def add_job(self, epoch_rows: np.ndarray, samples: np.ndarray, total_samples: float) -> None:
         """A finished job's per-epoch features with samples done at each; ρ = samples / total."""

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from elastisched.core.types import ClusterSnapshot, Decision, JobView, PendingReason
+from elastisched.policies.ones.jobstate import OnesJobState
 from elastisched.policies.ones.progress_predictor import BetaProgressPredictor
 
 
@@ -19,7 +20,7 @@ def dump(pol: Any) -> dict[str, Any]:
     """The policy's state as plain JSON-able values."""
     return {"ids": list(pol.ids), "pop": None if pol.pop is None else pol.pop.tolist(),
             "capacity": pol.capacity, "slots": {k: list(v) for k, v in pol.slots.items()},
-            "jobs": {k: dict(v) for k, v in pol.js.items()}, "finished": list(pol.finished_run_times),
+            "jobs": {k: v.to_dict() for k, v in pol.js.items()}, "finished": list(pol.finished_run_times),
             "rng": None if pol._rng is None else pol._rng.bit_generator.state,
             "thr": pol.thr.state_dict(), "pred": pol.pred.state_dict() if pol.pred.params else None,
             "preds": [p.state_dict() if p.params else None for p in pol.preds],
@@ -33,9 +34,7 @@ def load(pol: Any, state: Mapping[str, Any]) -> None:
         "capacity"])
     pol.capacity = int(state["capacity"])
     pol.slots = {k: list(v) for k, v in state["slots"].items()}
-    pol.js = {k: dict(v) for k, v in state["jobs"].items()}
-    for st in pol.js.values():
-        st["log"] = [(list(r[0]), r[1]) for r in st["log"]]
+    pol.js = {k: OnesJobState.from_dict(v) for k, v in state["jobs"].items()}
     pol.finished_run_times = list(state["finished"])
     if state["rng"] is not None:
         pol._rng = np.random.default_rng()
@@ -53,19 +52,19 @@ def load(pol: Any, state: Mapping[str, Any]) -> None:
         pol.pred = pol.preds[0]
 
 
-def sig(pol: Any, ids: list[str], sts: list[dict[str, Any]], placements: list[Any]) -> str:
+def sig(pol: Any, ids: list[str], sts: list[OnesJobState], placements: list[Any]) -> str:
     """What a round's outcome depends on besides random draws: jobs, epochs done, placements, and whether
     each job's δ clock and scale-up gate are open."""
-    return repr((ids, placements, [(int(st["e"] + 1e-9), st["e"] - st["last_placed"] >= pol.delta,
-                                    st["e"] - st["last_change"] >= pol.scale_gate) for st in sts]))
+    return repr((ids, placements, [(int(st.e + 1e-9), st.e - st.last_placed >= pol.opts.delta_epochs,
+                                    st.e - st.last_change >= pol.opts.scale_gate_epochs) for st in sts]))
 
 
-def quiet_round(pol: Any, snap: ClusterSnapshot, ids: list[str], sts: list[dict[str, Any]],
+def quiet_round(pol: Any, snap: ClusterSnapshot, ids: list[str], sts: list[OnesJobState],
                 jobs: list[JobView]) -> Decision | None:
     """The last decision again if nothing it depends on changed (no arrival, completion, finished epoch or
     change since a settled deployment) and it is younger than `quiet_s` (tuned preset); else None."""
     q = pol._quiet
-    if pol.quiet_s <= 0 or q is None or snap.now - q["t"] >= pol.quiet_s:
+    if pol.opts.quiet_s <= 0 or q is None or snap.now - q["t"] >= pol.opts.quiet_s:
         return None
     if q["sig"] != sig(pol, ids, sts, [j.allocation.placement for j in jobs]):
         return None

@@ -5,7 +5,7 @@ What a goodput-adaptive scheduler believes about a job (Pollux OSDI'21 §3; arti
 
     T_accum   = α_c + β_c · b                                      (one forward/backward of atomic batch b)
     T_net     = α + β · max(R − 2, 1e-8),  (α, β) = (α_n, β_n) if nodes > 1, (α_r, β_r) if R > 1, else 1e-8
-    T_optim   = (T_accum^γ + T_net^γ)^(1/γ)
+    T_optim   = (T_accum^γ + T_net^γ)^(1/γ)          (``models.throughput.PolluxParams``, the "artifact" rule)
     T_step    = a · T_accum + T_optim                              (a extra accumulation steps)
     THROUGHPUT = R · b · (a + 1) / T_step
     EFFICIENCY = gain / s,  gain = (var + sqr) / (var / s + sqr),  s = M / M₀     (M = R · b · (a + 1))
@@ -25,45 +25,18 @@ autograd); L-BFGS-B from the artifact's starting point.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
+
+from elastisched.models.throughput import PolluxParams
 
 EPS = 1e-8
 NUM_BATCH_CANDIDATES = 50  # np.geomspace default, as in the artifact
 
 
-class PerfParams(NamedTuple):
-    alpha_c: float
-    beta_c: float
-    alpha_n: float
-    beta_n: float
-    alpha_r: float
-    beta_r: float
-    gamma: float
-
-
-def accum_time(p: PerfParams, atomic_bsz: np.ndarray) -> np.ndarray:
-    return p.alpha_c + p.beta_c * np.asarray(atomic_bsz, dtype=float)
-
-
-def network_time(p: PerfParams, num_nodes: np.ndarray, num_replicas: np.ndarray) -> np.ndarray:
-    nodes, reps = np.asarray(num_nodes), np.asarray(num_replicas)
-    conds = [nodes > 1, reps > 1]
-    alpha = np.select(conds, [p.alpha_n, p.alpha_r], EPS)
-    beta = np.select(conds, [p.beta_n, p.beta_r], EPS)
-    return alpha + beta * np.maximum(reps - 2, EPS)
-
-
-def optim_time(p: PerfParams, t_accum: np.ndarray, t_net: np.ndarray) -> np.ndarray:
-    g = p.gamma
-    return np.exp(np.log(t_accum**g + t_net**g) / g)
-
-
 class GoodputFunction:
     """Goodput of one job for given (nodes, replicas, atomic batch, accumulation), vectorised over arrays."""
 
-    def __init__(self, perf: PerfParams, grad_sqr: float, grad_var: float, init_batch_size: int) -> None:
+    def __init__(self, perf: PolluxParams, grad_sqr: float, grad_var: float, init_batch_size: int) -> None:
         self.perf = perf
         self.grad_sqr = float(grad_sqr)
         self.grad_var = float(grad_var)
@@ -72,8 +45,8 @@ class GoodputFunction:
     def throughput(self, num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz: np.ndarray,
                    accum_steps: np.ndarray) -> np.ndarray:
         """Samples per second."""
-        ta = accum_time(self.perf, atomic_bsz)
-        to = optim_time(self.perf, ta, network_time(self.perf, num_nodes, num_replicas))
+        ta = self.perf.compute_time(np.asarray(atomic_bsz, dtype=float))
+        to = self.perf.step_time(ta, self.perf.network_time(num_nodes, num_replicas, "artifact"), "artifact")
         batch = np.asarray(num_replicas) * np.asarray(atomic_bsz) * (np.asarray(accum_steps) + 1)
         return batch / (np.asarray(accum_steps) * ta + to)
 
@@ -163,7 +136,7 @@ def _objective(x: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarr
 
 
 def fit_perf_params(num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz: np.ndarray,
-                    accum_step_time: np.ndarray, optim_step_time: np.ndarray) -> PerfParams:
+                    accum_step_time: np.ndarray, optim_step_time: np.ndarray) -> PolluxParams:
     """Fit the step-time model to observations (artifact `fit_perf_params`, priors included)."""
     nodes = np.asarray(num_nodes, dtype=float)
     reps = np.asarray(num_replicas, dtype=float)
@@ -192,4 +165,4 @@ def fit_perf_params(num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz:
     if not np.any(nodes > 1):
         p[2] = max(p[2], p[4] * 1.1)
         p[3] = max(p[3], p[5] * 1.1)
-    return PerfParams(*p)
+    return PolluxParams(*p)

@@ -43,16 +43,18 @@ built from real node ids); the batch range is the job's own (the artifact takes 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.models.application import Application
+from elastisched.models.throughput import PolluxParams
 from elastisched.policies._common import job_model
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.pollux.ga import AllocationProblem, search
-from elastisched.policies.pollux.goodput import GoodputFunction, PerfParams, fit_perf_params, speedup_table
+from elastisched.policies.pollux.goodput import GoodputFunction, fit_perf_params, speedup_table
 
 RESTART_DELAY = 30.0  # seconds the restart factor charges per restart (artifact `delay = 30`)
 MAX_REPLICAS = 64  # artifact: "simulator can't handle more"
@@ -84,12 +86,12 @@ class PolluxPolicy(Policy):
         self.max_nodes = max_nodes
         self._obs: dict[str, Obs] = {}  # job → observed configurations
         self._grad: dict[str, tuple[float, float]] = {}  # job → (grad_sqr, grad_var) last measured
-        self._fits: dict[tuple[Any, ...], PerfParams] = {}  # memo: (app, observations) → fitted params
+        self._fits: dict[tuple[Any, ...], PolluxParams] = {}  # memo: (app, observations) → fitted params
         self._prev: tuple[np.ndarray, list[str], list[str]] | None = None  # last front, its jobs, nodes
         self._tables: dict[str, tuple[tuple[Any, ...], np.ndarray]] = {}  # job → (inputs, speedup table)
 
     # ------------------------------------------------------------------ learning from what jobs ran
-    def _observe(self, snap: ClusterSnapshot, job: JobView, app: Application, types: dict[str, str]) -> None:
+    def _observe(self, snap: ClusterSnapshot, job: JobView, app: Application, types: Mapping[str, str]) -> None:
         """Record the configuration a running job has run at since its last (re)start (artifact `update_params`)."""
         a = job.allocation
         started = job.last_resize_time if job.last_resize_time is not None else job.start_time
@@ -114,7 +116,7 @@ class PolluxPolicy(Policy):
             return float(sqr), float(trace) / app.init_batch_size
         return app.efficiency.grad_stats(job.batch_size, job.epoch)  # type: ignore[no-any-return]
 
-    def _perf(self, app: Application, obs: Obs) -> PerfParams:
+    def _perf(self, app: Application, obs: Obs) -> PolluxParams:
         key = (app.name, tuple(sorted(obs.items())))
         p = self._fits.get(key)
         if p is None:
@@ -136,13 +138,8 @@ class PolluxPolicy(Policy):
 
     # ------------------------------------------------------------------ the round
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
-        types = {n.node_id: n.gpu_type for n in snap.nodes}
-        live = set(snap.jobs)
-        for jid in [j for j in self._tables if j not in live]:
-            self._tables.pop(jid, None)
-        for jid in [j for j in self._obs if j not in live]:
-            self._obs.pop(jid, None)
-            self._grad.pop(jid, None)
+        types = snap.node_set.gpu_type
+        self._forget_finished(snap)
         if not snap.jobs or not snap.nodes:
             return Decision({}, {jid: PendingReason.RESOURCES for jid in snap.jobs})
         apps = {jid: job_model(j, ctx) for jid, j in snap.jobs.items()}
@@ -152,59 +149,18 @@ class PolluxPolicy(Policy):
                 self._observe(snap, job, app, types)
         jobs = sorted(snap.jobs.values(), key=lambda j: (j.attained(snap.now), j.spec.submit_time))
         ids = [j.job_id for j in jobs]
-        if self.unaware:
-            vnodes = self._virtual_nodes(snap)
-            node_ids, owner = [v[0] for v in vnodes], {v[0]: v[1] for v in vnodes}
-            caps = np.array([v[2] for v in vnodes], dtype=np.int64)
-            ntype = {v: types[owner[v]] for v in node_ids}
-            per_type: dict[str, int] = {}
-            for n in snap.nodes:
-                per_type[n.gpu_type] = per_type.get(n.gpu_type, 0) + n.num_gpus
-            limit = min(per_type.values())
-        else:
-            node_ids = [n.node_id for n in snap.nodes]
-            caps = np.array([n.num_gpus for n in snap.nodes], dtype=np.int64)
-            ntype, owner = types, {}
-            limit = int(caps.sum())
+        node_ids, owner, caps, ntype, limit = self._search_nodes(snap, types)
         total = int(caps.sum())
-        n_jobs = len(jobs)
-        fair_reps = math.ceil(total / n_jobs)
+        fair_reps = math.ceil(total / len(jobs))
         fair_nodes = math.ceil(len(node_ids) / total)
-        fns: dict[str, GoodputFunction | None] = {}
-        maxr = np.zeros(n_jobs, dtype=np.int64)
-        minr = np.zeros(n_jobs, dtype=np.int64)
-        cap = np.zeros((n_jobs, len(node_ids)), dtype=np.int64)
-        for i, job in enumerate(jobs):
-            app = apps[job.job_id]
-            fns[job.job_id] = self.goodput_fn(job, app) if app is not None else None
-            maxr[i] = self._max_replicas(job, app, limit)
-            minr[i] = job.spec.min_gpus if job.spec.elastic else 0
-            allowed = set(job.spec.gpu_types or types.values())
-            if app is not None:
-                allowed &= set(app.gpu_types)
-            cap[i] = np.where([ntype[n] in allowed for n in node_ids], caps, 0)
-        rmax = int(maxr.max())
-        table = np.zeros((n_jobs, 2, rmax + 1))
-        for i, job in enumerate(jobs):
-            fn, app = fns[job.job_id], apps[job.job_id]
-            if fn is None or app is None:
-                table[i, :, :] = np.arange(rmax + 1) / fair_reps
-                continue
-            key = (fn.perf, fn.grad_sqr, fn.grad_var, fair_nodes, fair_reps, int(maxr[i]))
-            hit = self._tables.get(job.job_id)
-            if hit is None or hit[0] != key:
-                rng_b = (app.min_local_bsz, app.max_local_bsz)
-                base = float(fn.optimize(fair_nodes, fair_reps, app.max_batch_size, rng_b)[0][0])
-                hit = self._tables[job.job_id] = (key, speedup_table(fn, int(maxr[i]), app.max_batch_size, rng_b,
-                                                                     base))
-            table[i, :, : maxr[i] + 1] = hit[1]
+        fns = {job.job_id: self.goodput_fn(job, app) if (app := apps[job.job_id]) is not None else None
+               for job in jobs}
+        maxr = np.array([self._max_replicas(job, apps[job.job_id], limit) for job in jobs], dtype=np.int64)
+        minr = np.array([job.spec.min_gpus if job.spec.elastic else 0 for job in jobs], dtype=np.int64)
+        cap = _allowed_gpus(jobs, apps, node_ids, caps, ntype, set(types.values()))
+        table = self._speedups(jobs, apps, fns, maxr, fair_nodes, fair_reps)
         real_ids = [n.node_id for n in snap.nodes]
-        real_base = np.zeros((n_jobs, len(real_ids)), dtype=np.int64)
-        rpos = {n: k for k, n in enumerate(real_ids)}
-        for i, job in enumerate(jobs):
-            for n, g in job.allocation.placement:
-                if n in rpos:
-                    real_base[i, rpos[n]] += g
+        real_base = _current_rows(jobs, real_ids)
         base_state = self._virtual_base(jobs, node_ids, owner, caps) if self.unaware else real_base
         age = np.array([max(snap.now - j.spec.submit_time, 0.0) for j in jobs])
         restarts = np.array([j.num_restarts for j in jobs], dtype=float)
@@ -218,6 +174,52 @@ class PolluxPolicy(Policy):
         if self.unaware:
             best = self._devirtualise(best, ids, node_ids, owner, ntype, real_ids)
         return self._decision(snap, jobs, best, real_base, real_ids, apps, fns)
+
+    def _forget_finished(self, snap: ClusterSnapshot) -> None:
+        """Drop the speedup tables, observations and gradient statistics of jobs no longer in the cluster."""
+        live = set(snap.jobs)
+        for jid in [j for j in self._tables if j not in live]:
+            self._tables.pop(jid, None)
+        for jid in [j for j in self._obs if j not in live]:
+            self._obs.pop(jid, None)
+            self._grad.pop(jid, None)
+
+    def _search_nodes(self, snap: ClusterSnapshot, types: Mapping[str, str]
+                      ) -> tuple[list[str], dict[str, str], np.ndarray, dict[str, str], int]:
+        """The nodes the search runs over (real ones, or virtual ones when `unaware`): (ids, real node of each
+        virtual one, GPUs, GPU type, most GPUs a job may hold)."""
+        if not self.unaware:
+            caps = np.array([n.num_gpus for n in snap.nodes], dtype=np.int64)
+            return [n.node_id for n in snap.nodes], {}, caps, types, int(caps.sum())
+        vnodes = self._virtual_nodes(snap)
+        node_ids, owner = [v[0] for v in vnodes], {v[0]: v[1] for v in vnodes}
+        caps = np.array([v[2] for v in vnodes], dtype=np.int64)
+        per_type: dict[str, int] = {}
+        for n in snap.nodes:
+            per_type[n.gpu_type] = per_type.get(n.gpu_type, 0) + n.num_gpus
+        return node_ids, owner, caps, {v: types[owner[v]] for v in node_ids}, min(per_type.values())
+
+    def _speedups(self, jobs: list[JobView], apps: dict[str, Application | None],
+                  fns: dict[str, GoodputFunction | None], maxr: np.ndarray, fair_nodes: int, fair_reps: int
+                  ) -> np.ndarray:
+        """Speedup of each job on 0..max replicas (jobs × {1 node, more} × replicas), kept per job while its
+        goodput inputs stay the same; a job without a goodput model scales linearly."""
+        rmax = int(maxr.max())
+        table = np.zeros((len(jobs), 2, rmax + 1))
+        for i, job in enumerate(jobs):
+            fn, app = fns[job.job_id], apps[job.job_id]
+            if fn is None or app is None:
+                table[i, :, :] = np.arange(rmax + 1) / fair_reps
+                continue
+            key = (fn.perf, fn.grad_sqr, fn.grad_var, fair_nodes, fair_reps, int(maxr[i]))
+            hit = self._tables.get(job.job_id)
+            if hit is None or hit[0] != key:
+                rng_b = (app.min_local_bsz, app.max_local_bsz)
+                base = float(fn.optimize(fair_nodes, fair_reps, app.max_batch_size, rng_b)[0][0])
+                hit = self._tables[job.job_id] = (key, speedup_table(fn, int(maxr[i]), app.max_batch_size, rng_b,
+                                                                     base))
+            table[i, :, : maxr[i] + 1] = hit[1]
+        return table
 
     # ------------------------------------------------------------------ heterogeneity-unaware (Sia's artifact)
     @staticmethod
@@ -362,3 +364,27 @@ class PolluxPolicy(Policy):
         prev = state.get("prev")
         self._prev = None if prev is None else (np.array(prev["states"], dtype=np.int64), list(prev["jobs"]),
                                                 list(prev["nodes"]))
+
+
+def _allowed_gpus(jobs: list[JobView], apps: dict[str, Application | None], node_ids: list[str], caps: np.ndarray,
+                  ntype: dict[str, str], all_types: set[str]) -> np.ndarray:
+    """GPUs each job may use on each search node: nodes of a type it allows and its profile covers."""
+    cap = np.zeros((len(jobs), len(node_ids)), dtype=np.int64)
+    for i, job in enumerate(jobs):
+        allowed = set(job.spec.gpu_types or all_types)
+        app = apps[job.job_id]
+        if app is not None:
+            allowed &= set(app.gpu_types)
+        cap[i] = np.where([ntype[n] in allowed for n in node_ids], caps, 0)
+    return cap
+
+
+def _current_rows(jobs: list[JobView], real_ids: list[str]) -> np.ndarray:
+    """Each job's GPUs now on each real node (jobs × nodes)."""
+    rows = np.zeros((len(jobs), len(real_ids)), dtype=np.int64)
+    rpos = {n: k for k, n in enumerate(real_ids)}
+    for i, job in enumerate(jobs):
+        for n, g in job.allocation.placement:
+            if n in rpos:
+                rows[i, rpos[n]] += g
+    return rows

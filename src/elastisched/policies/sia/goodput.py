@@ -81,13 +81,6 @@ def micro_batch_range(profile: ThroughputProfile) -> tuple[int, int]:
     return _profile_facts(profile)[1]
 
 
-def _net(p: np.ndarray, nodes: np.ndarray, reps: np.ndarray) -> np.ndarray:
-    retro = np.maximum(reps - 2, _LO)
-    inter = nodes > 1
-    intra = ~inter & (reps > 1)
-    return np.where(inter, p[2] + p[3] * retro, np.where(intra, p[4] + p[5] * retro, _LO + _LO * retro))
-
-
 def _loss_grad(p: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, log_compute: np.ndarray,
                log_step: np.ndarray) -> tuple[float, np.ndarray]:
     """The artifact's fitting objective and its exact gradient (7 parameters)."""
@@ -169,11 +162,8 @@ def optimize_batch(params: PolluxParams, grad: tuple[float, float], init_batch: 
     accum = np.ceil(local / hi_micro - _EPS) - 1
     accum = np.where((reps == 1) & (local > init_batch + _EPS), np.maximum(accum, 1), accum)
     micro = np.ceil(local / (accum + 1) - _EPS)
-    c = params.alpha_c + params.beta_c * micro
-    n = _net(np.array([params.alpha_c, params.beta_c, params.alpha_n, params.beta_n, params.alpha_r,
-                       params.beta_r]), nodes, reps)
-    g = params.gamma
-    optim = np.exp(np.log(c**g + n**g) / g)
+    c = params.compute_time(micro)
+    optim = params.step_time(c, params.network_time(nodes, reps, "artifact"), "artifact")
     b = reps * micro * (accum + 1)
     sqr, var = grad
     scale = b / init_batch
