@@ -28,16 +28,11 @@ is also reported with the isolated 1-worker profile. `--quick` runs a 2-job work
 from __future__ import annotations
 
 import argparse
-import contextlib
-import csv
 import itertools
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,21 +42,14 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "examples" / "linreg_elastic.py"
-APP = "linreg"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared helpers, also when a test loads us
+from _calibration_profile import APP, BATCH, MODEL_ARGS, SCRIPT, STEPS_PER_EPOCH, run_profile, write_meta
+from _calibration_profile import write_validation as write_validation  # the tests read it here
+from _harness import kill_workers, start_service, stop_service, wait_healthy
+
 TOKEN = "calibration-token"
-BATCH = 2048  # global batch of every job (the profile's reference batch): ~0.1 s steps, so all-reduce waits on
-# two busy cores do not dominate the step time
-N_SAMPLES = 16384
-STEPS_PER_EPOCH = N_SAMPLES // BATCH
-#: MLP large enough that two workers beat one on CPU (gloo all-reduce of 0.26 M parameters per step)
-MODEL_ARGS = ["--hidden", "1024", "--dim", "256", "--n", str(N_SAMPLES), "--lr", "0.001"]  # 0.05 diverges
-PROFILE_STEPS = 12
 #: extra `python -m elastisched.service` options: `--backend ray` sets `--backend ray --ray-address ADDR` here
 SERVICE_EXTRA: list[str] = []
-PROFILE_ROUNDS = 3
-PROFILE_N = PROFILE_STEPS * BATCH  # a profiling epoch must hold --steps steps of the global batch
 CLUSTER = "1x2:cpu"
 #: (name, submit offset s, epochs)
 WORKLOAD: tuple[tuple[str, float, int], ...] = (
@@ -69,101 +57,26 @@ WORKLOAD: tuple[tuple[str, float, int], ...] = (
 QUICK: tuple[tuple[str, float, int], ...] = (("a", 0.0, 4), ("b", 3.0, 2))
 
 
-# ---------------------------------------------------------------------------------------------- profile
-def write_validation(app_dir: Path, batch: int = BATCH, steps_per_epoch: int = STEPS_PER_EPOCH) -> None:
-    """One epoch of progress at the reference batch (jobs set their length with work_scale = epochs).
-
-    At the reference batch the statistical gain is 1 whatever the gradient noise (grad_var 0), so progress
-    is counted in optimizer steps, as the live job counts them."""
-    with open(app_dir / f"validation-{batch}.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["progress", "iteration", "metric", "grad_sqr", "grad_var"])
-        w.writerow([steps_per_epoch, steps_per_epoch, 0.0, 1.0, 0.0])
-
-
-def write_meta(app_dir: Path, restart_cost_s: float | None, gpu_type: str = "cpu") -> None:
-    (app_dir / "meta.json").write_text(json.dumps({"gpu_type": gpu_type, "restart_cost_s": restart_cost_s}))
-
-
-def _profile_cmd(out: Path, workers: int, local: int, steps: int) -> list[str]:
-    return [sys.executable, "-m", "elastisched.train.commands", "profile", str(SCRIPT), "--local-batches", str(local),
-            "--workers", str(workers), "--steps", str(steps), "--out", str(out), *MODEL_ARGS,
-            "--n", str(PROFILE_N)]  # the last --n wins
-
-
-def _read_point(out: Path) -> tuple[float, float]:
-    with open(out / "placements.csv", encoding="utf-8") as f:
-        row = next(csv.DictReader(f))
-    return float(row["step_time"]), float(row["sync_time"])
-
-
-def run_profile(app_dir: Path, isolated_dir: Path, steps: int = PROFILE_STEPS,
-                rounds: int = PROFILE_ROUNDS) -> list[dict[str, Any]]:
-    """`elastisched profile` on the example at the two points the jobs run at (1 worker x the batch, 2 workers
-    x half of it), `rounds` times round-robin, each a fresh job; the median per point is written (same
-    writer, same format). On two cores shared with other work one measurement can be 2x off (a burst of
-    someone else's load); interleaved repetitions spread such bursts over the points.
-
-    The 1-worker point is measured twice per round: **co-located** (two profile jobs at once, as two 1-worker
-    jobs share the 2-slot cluster live; written to `app_dir`, the models of both bodies) and **isolated**
-    (alone; written to `isolated_dir`, for the comparison in the report). On CPU "GPUs" the slots share
-    cores, caches and memory bandwidth, so the co-located time is what a job sees when the cluster is full."""
-    from elastisched.train.profiler import ProfilePoint, write_profile
-
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs: dict[str, list[tuple[float, float]]] = {"colocated": [], "isolated": [], "two": []}
-    for r in range(rounds):
-        outs = [app_dir.parent / f".profile-r{r}-co{i}" for i in range(2)]
-        procs = [subprocess.Popen(_profile_cmd(o, 1, BATCH, steps), env=env, stdout=subprocess.DEVNULL) for o in outs]
-        if any(p.wait() != 0 for p in procs):
-            raise SystemExit("co-located profile failed")
-        runs["colocated"] += [_read_point(o) for o in outs]
-        for key, workers, local in (("isolated", 1, BATCH), ("two", 2, BATCH // 2)):
-            out = app_dir.parent / f".profile-r{r}-{key}"
-            subprocess.run(_profile_cmd(out, workers, local, steps), check=True, env=env, stdout=subprocess.DEVNULL)
-            runs[key].append(_read_point(out))
-
-    def med(key: str) -> tuple[float, float]:
-        return statistics.median(s for s, _ in runs[key]), statistics.median(c for _, c in runs[key])
-
-    two = ProfilePoint(1, 2, BATCH // 2, *med("two"))
-    for d, one in ((app_dir, "colocated"), (isolated_dir, "isolated")):
-        write_profile([ProfilePoint(1, 1, BATCH, *med(one)), two], d)
-        write_validation(d)
-    return [{"point": k, "workers": 2 if k == "two" else 1, "local_bsz": BATCH // 2 if k == "two" else BATCH,
-             "step_time_s": [x for x, _ in v], "sync_time_s": [c for _, c in v]} for k, v in runs.items()]
-
-
 # ---------------------------------------------------------------------------------------------- service
 class Service:
-    """`python -m elastisched.service` in a subprocess on loopback (SQLite in `work`)."""
+    """The live service on the benchmark's cluster (SQLite in `work`) and the calls the benchmark makes."""
 
     def __init__(self, work: Path, policy: str, profiles: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         work.mkdir(parents=True, exist_ok=True)
-        self.db = f"sqlite:///{work / 'state.db'}"
-        self.log = open(work / "service.log", "wb")  # noqa: SIM115 - handed to the child
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elastisched.service", "--db", self.db, "--port", str(port), "--cluster", CLUSTER,
-             "--policy", policy, "--workdir", str(work / "work"), "--scripts-dir", str(SCRIPT.parent),
-             "--tick", "0.2", "--grace", "20", "--profiles", str(profiles), *SERVICE_EXTRA],
-            env={**os.environ, "ELASTISCHED_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"},
-            stdout=self.log, stderr=subprocess.STDOUT)
         self.work = work
-        self.c = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {TOKEN}"},
-                              timeout=60)
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if self.c.get("/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise SystemExit(f"service did not start: {(work / 'service.log').read_text()[-2000:]}")
-            time.sleep(0.2)
+        self.db = f"sqlite:///{work / 'state.db'}"
+        log = work / "service.log"
+        self.proc, base = start_service(
+            ["--db", self.db, "--cluster", CLUSTER, "--policy", policy, "--workdir", str(work / "work"),
+             "--scripts-dir", str(SCRIPT.parent), "--tick", "0.2", "--grace", "20", "--profiles", str(profiles),
+             *SERVICE_EXTRA],
+            {**os.environ, "ELASTISCHED_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}, log)
+        self.c = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+        try:
+            wait_healthy(self.proc, base, log, every=0.2)
+        except BaseException:
+            self.close()
+            raise
 
     def submit(self, name: str, epochs: int, gpus: tuple[int, int], log: Path | None = None) -> dict[str, Any]:
         args = [*MODEL_ARGS, "--epochs", str(epochs), "--batch-size", str(BATCH)]
@@ -186,20 +99,8 @@ class Service:
 
     def close(self) -> None:
         self.c.close()
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-        from elastisched.service.store import Store
-
-        store = Store(self.db)  # workers outlive the service by design; none should be left, end any
-        for gen in store.generations():
-            for pid, _ticks in gen["pids"]:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
-        store.close()
+        stop_service(self.proc)
+        kill_workers(self.db)
 
 
 def _steps(log: Path) -> list[dict[str, Any]]:
@@ -341,24 +242,21 @@ def errors(live: Sequence[dict[str, Any]], sim: dict[str, dict[str, Any]]) -> di
             "avg_jct_live_s": lm, "avg_jct_sim_s": sm, "avg_jct_error": (sm - lm) / lm}
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="results/bench")
     ap.add_argument("--quick", action="store_true", help="2 short jobs (smoke test)")
     ap.add_argument("--repeat", type=int, default=2, help="live + simulated runs on the same profile")
     ap.add_argument("--backend", choices=["local", "ray"], default="local", help="ray: the live runs (restart probe "
                     "included) on a local Ray cluster of one node with gpu_cpu: 2 (docs/ray.md)")
-    a = ap.parse_args(argv)
-    if a.backend == "ray":
-        return _on_ray(main, [x for x in (argv if argv is not None else sys.argv[1:]) if x not in ("--backend", "ray")])
-    workload = QUICK if a.quick else WORKLOAD
-    tmp = Path(tempfile.mkdtemp(prefix="elastisched-calib-"))
+    return ap.parse_args(argv)
+
+
+def measure_models(tmp: Path, result: dict[str, Any]) -> tuple[Path, Path]:
+    """Steps 1 and 2: profile, then the restart probe; their measurements go into `result`. Returns the profile
+    directories (co-located 1-worker point, the models of both bodies; isolated, for comparison)."""
     profiles = tmp / "profiles"
     app_dir = profiles / APP
-    result: dict[str, Any] = {"benchmark": "calibration", "policy": "lyra", "cluster": CLUSTER, "app": APP,
-                              "model_args": MODEL_ARGS, "batch": BATCH, "workload": [list(w) for w in workload],
-                              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                          "loadavg_before": os.getloadavg()}, "target_mean_abs_error": 0.25}
     t = time.monotonic()
     isolated = tmp / "profiles-isolated"
     result["profile"] = run_profile(app_dir, isolated / APP)
@@ -372,36 +270,64 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     models = load_models(profiles)
     result["predicted_step_s"] = {str(w): iteration_time(models, w) for w in (1, 2)}
     result["predicted_step_isolated_s"] = {str(w): iteration_time(load_models(isolated), w) for w in (1, 2)}
-    runs = []
-    for k in range(a.repeat):
-        t = time.monotonic()
-        live = live_run(tmp / f"live-{k}", profiles, workload)
-        sim = simulate(profiles, live)
-        err = errors(live, sim)
-        alt = errors(live, simulate(isolated, live))  # the same, with the 1-worker time measured alone
-        runs.append({"live_s": time.monotonic() - t, "loadavg_after": os.getloadavg(), "error": err,
-                     "error_isolated_profile": alt,
-                     "jobs": [{**j, "sim_jct_s": sim.get(j["name"], {}).get("jct_s"),
-                               "sim_restarts": sim.get(j["name"], {}).get("restarts"),
-                               "sim_avg_gpus": sim.get(j["name"], {}).get("avg_gpus"),
-                               "error": err["per_job"].get(j["name"])} for j in live]})
-    result["runs"] = runs
+    return profiles, isolated
+
+
+def compare_once(work: Path, profiles: Path, isolated: Path, workload: Sequence[tuple[str, float, int]]
+                 ) -> dict[str, Any]:
+    """Steps 3 and 4 once: the live run, then the simulated one on its submission times, and their errors."""
+    t = time.monotonic()
+    live = live_run(work, profiles, workload)
+    sim = simulate(profiles, live)
+    err = errors(live, sim)
+    alt = errors(live, simulate(isolated, live))  # the same, with the 1-worker time measured alone
+    return {"live_s": time.monotonic() - t, "loadavg_after": os.getloadavg(), "error": err,
+            "error_isolated_profile": alt,
+            "jobs": [{**j, "sim_jct_s": sim.get(j["name"], {}).get("jct_s"),
+                      "sim_restarts": sim.get(j["name"], {}).get("restarts"),
+                      "sim_avg_gpus": sim.get(j["name"], {}).get("avg_gpus"),
+                      "error": err["per_job"].get(j["name"])} for j in live]}
+
+
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The error over every job of every run, and per run."""
     every = [abs(e) for r in runs for e in r["error"]["per_job"].values()]
-    result["error"] = {"mean_abs": statistics.fmean(every), "max_abs": max(every),
-                       "mean_abs_per_run": [r["error"]["mean_abs"] for r in runs],
-                       "avg_jct_error_per_run": [r["error"]["avg_jct_error"] for r in runs],
-                       "isolated_profile_mean_abs_per_run": [r["error_isolated_profile"]["mean_abs"] for r in runs]}
-    result["pass"] = (all(j["state"] == "SUCCEEDED" for r in runs for j in r["jobs"])
-                      and result["error"]["mean_abs"] <= 0.25)
-    out = Path(a.out)
+    return {"mean_abs": statistics.fmean(every), "max_abs": max(every),
+            "mean_abs_per_run": [r["error"]["mean_abs"] for r in runs],
+            "avg_jct_error_per_run": [r["error"]["avg_jct_error"] for r in runs],
+            "isolated_profile_mean_abs_per_run": [r["error_isolated_profile"]["mean_abs"] for r in runs]}
+
+
+def write_result(result: dict[str, Any], out: Path, quick: bool) -> None:
+    """`calibration[-ray][-quick].json` under `out`, and a short digest on stdout."""
     out.mkdir(parents=True, exist_ok=True)
     result["backend"] = "ray" if OUT_SUFFIX else "local"
-    name = f"calibration{OUT_SUFFIX}{'-quick' if a.quick else ''}.json"
+    name = f"calibration{OUT_SUFFIX}{'-quick' if quick else ''}.json"
     (out / name).write_text(json.dumps(result, indent=2))
+    runs = result["runs"]
     print(json.dumps({"error": result["error"], "restart_cost_s": result["restart"]["restart_cost_s"],
                       "predicted_step_s": result["predicted_step_s"],
                       "runs": [[(j["name"], round(j["jct_s"], 1), round(j["sim_jct_s"], 1), j["restarts"],
                                  j["sim_restarts"], j["live_step_s"]) for j in r["jobs"]] for r in runs]}, indent=1))
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    a = _parse(argv)
+    if a.backend == "ray":
+        return _on_ray(main, [x for x in (argv if argv is not None else sys.argv[1:]) if x not in ("--backend", "ray")])
+    workload = QUICK if a.quick else WORKLOAD
+    tmp = Path(tempfile.mkdtemp(prefix="elastisched-calib-"))
+    result: dict[str, Any] = {"benchmark": "calibration", "policy": "lyra", "cluster": CLUSTER, "app": APP,
+                              "model_args": MODEL_ARGS, "batch": BATCH, "workload": [list(w) for w in workload],
+                              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                          "loadavg_before": os.getloadavg()}, "target_mean_abs_error": 0.25}
+    profiles, isolated = measure_models(tmp, result)
+    runs = [compare_once(tmp / f"live-{k}", profiles, isolated, workload) for k in range(a.repeat)]
+    result["runs"] = runs
+    result["error"] = summarize(runs)
+    result["pass"] = (all(j["state"] == "SUCCEEDED" for r in runs for j in r["jobs"])
+                      and result["error"]["mean_abs"] <= 0.25)
+    write_result(result, Path(a.out), a.quick)
     return result
 
 

@@ -13,22 +13,23 @@ Writes ``<out>/service_load.json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared helpers
+from _harness import kill_workers, start_service, stop_service, wait_healthy
 
 TOKEN = "bench-token"
 
@@ -46,122 +47,124 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
-def main() -> None:
+def _parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=1, help="concurrent keep-alive clients")
     ap.add_argument("--out", default="results/bench")
     ap.add_argument("--as-user", action="store_true", help="submit with a per-user token, not the admin token")
-    a = ap.parse_args()
+    return ap.parse_args()
 
+
+def _start(tmp: Path, db: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The service on a 1-slot cluster under fifo (one job runs, the rest queue); not yet answering."""
+    return start_service(["--db", db, "--cluster", "1x1:cpu", "--policy", "fifo", "--workdir", str(tmp / "work"),
+                          "--scripts-dir", str(tmp), "--grace", "2"], {**os.environ, "ELASTISCHED_TOKEN": TOKEN},
+                         tmp / "service.log")
+
+
+def _user_token(db: str) -> str:
+    """A per-user token created in the database, as `elastisched token create` does."""
+    from elastisched.service.auth import create_token
+    from elastisched.service.store import Store
+
+    st = Store(db)
+    token = create_token(st, "bench")[1]
+    st.close()
+    return str(token)
+
+
+@dataclass
+class Submitted:
+    """What the submitting clients saw: per-request latency (s), acknowledged ids, error texts, wall time (s)."""
+
+    lat: list[float]
+    ids: list[str]
+    errors: list[str]
+    wall: float
+
+
+def _submit_all(base: str, headers: dict[str, str], script: Path, jobs: int, clients: int) -> Submitted:
+    """`jobs` submissions from `clients` keep-alive threads, one request at a time each."""
+    lat: list[float] = []
+    ids: list[str] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    per = [jobs // clients + (i < jobs % clients) for i in range(clients)]
+
+    def client(n: int, k: int) -> None:
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as c:
+            for i in range(n):
+                body = {"script": str(script), "name": f"c{k}-{i}", "gpus": 1, "batch_size": 32}
+                t0 = time.perf_counter()
+                r = c.post("/v1/jobs", json=body)
+                dt = time.perf_counter() - t0
+                with lock:
+                    lat.append(dt)
+                    (ids.append(r.json()["id"]) if r.status_code == 201 else errors.append(r.text[:200]))
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(n, k)) for k, n in enumerate(per)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return Submitted(lat, ids, errors, time.perf_counter() - t0)
+
+
+def _measure(base: str, headers: dict[str, str], pid: int, db: str, sub: Submitted,
+             rss_idle: dict[str, float]) -> dict[str, Any]:
+    """With every job known: nothing lost (API and database), the list latency, memory, the engine's rounds."""
+    time.sleep(2.0)  # let the engine run rounds over the full queue
+    with httpx.Client(base_url=base, headers=headers, timeout=60) as c:
+        t1 = time.perf_counter()
+        listed = c.get("/v1/jobs").json()
+        list_s = time.perf_counter() - t1
+        health = c.get("/healthz").json()
+    rss = _rss(pid)
+    from elastisched.service.store import Store
+
+    store = Store(db)
+    in_db = {r["id"] for r in store.list_jobs()}
+    store.close()
+    listed_ids = {j["id"] for j in listed}
+    lat, ids, wall = sub.lat, sub.ids, sub.wall
+    return {
+        "submitted_ok": len(ids), "errors": sub.errors[:5], "lost_api": len(set(ids) - listed_ids),
+        "lost_db": len(set(ids) - in_db), "wall_s": wall, "throughput_rps": len(lat) / wall,
+        "latency_ms": {"p50": 1e3 * statistics.median(lat), "p99": 1e3 * _pct(lat, 0.99),
+                       "max": 1e3 * max(lat), "mean": 1e3 * statistics.fmean(lat)},
+        "list_all_ms": 1e3 * list_s, "rss_mb_idle": rss_idle, "rss_mb": rss, "engine_rounds": health["rounds"],
+        "running": sum(j["state"] == "RUNNING" for j in listed), "loadavg_after": os.getloadavg(),
+        "targets": {"p99_ms": 100, "rss_mb": 300},
+    }
+
+
+def main() -> None:
+    a = _parse()
     tmp = Path(tempfile.mkdtemp(prefix="elastisched-load-"))
     script = tmp / "sleeper.py"
     script.write_text("import time\ntime.sleep(600)\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     db = f"sqlite:///{tmp / 'state.db'}"
-    log = open(tmp / "service.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen([sys.executable, "-m", "elastisched.service", "--db", db, "--port", str(port),
-                             "--cluster", "1x1:cpu", "--policy", "fifo", "--workdir", str(tmp / "work"),
-                             "--scripts-dir", str(tmp), "--grace", "2"],
-                            env={**os.environ, "ELASTISCHED_TOKEN": TOKEN}, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    headers = {"Authorization": f"Bearer {TOKEN}"}
     result: dict[str, Any] = {"benchmark": "service_load", "jobs": a.jobs, "clients": a.clients, "as_user": a.as_user,
                               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                           "loadavg_before": os.getloadavg()}}
+    proc, base = _start(tmp, db)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit(f"service did not start: {(tmp / 'service.log').read_text()[-2000:]}")
-            time.sleep(0.1)
-        if a.as_user:
-            from elastisched.service.auth import create_token
-            from elastisched.service.store import Store
-
-            st = Store(db)
-            headers = {"Authorization": f"Bearer {create_token(st, 'bench')[1]}"}
-            st.close()
+        wait_healthy(proc, base, tmp / "service.log", timeout=60)
+        headers = {"Authorization": f"Bearer {_user_token(db) if a.as_user else TOKEN}"}
         rss_idle = _rss(proc.pid)
-        lat: list[float] = []
-        ids: list[str] = []
-        errors: list[str] = []
-        lock = threading.Lock()
-        per = [a.jobs // a.clients + (i < a.jobs % a.clients) for i in range(a.clients)]
-
-        def client(n: int, k: int) -> None:
-            with httpx.Client(base_url=base, headers=headers, timeout=30) as c:
-                for i in range(n):
-                    body = {"script": str(script), "name": f"c{k}-{i}", "gpus": 1, "batch_size": 32}
-                    t0 = time.perf_counter()
-                    r = c.post("/v1/jobs", json=body)
-                    dt = time.perf_counter() - t0
-                    with lock:
-                        lat.append(dt)
-                        (ids.append(r.json()["id"]) if r.status_code == 201 else errors.append(r.text[:200]))
-
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=client, args=(n, k)) for k, n in enumerate(per)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        time.sleep(2.0)  # let the engine run rounds over the full queue
-        with httpx.Client(base_url=base, headers=headers, timeout=60) as c:
-            t1 = time.perf_counter()
-            listed = c.get("/v1/jobs").json()
-            list_s = time.perf_counter() - t1
-            health = c.get("/healthz").json()
-        rss = _rss(proc.pid)
-        from elastisched.service.store import Store
-
-        store = Store(db)
-        in_db = {r["id"] for r in store.list_jobs()}
-        store.close()
-        listed_ids = {j["id"] for j in listed}
-        result.update({
-            "submitted_ok": len(ids), "errors": errors[:5], "lost_api": len(set(ids) - listed_ids),
-            "lost_db": len(set(ids) - in_db), "wall_s": wall, "throughput_rps": len(lat) / wall,
-            "latency_ms": {"p50": 1e3 * statistics.median(lat), "p99": 1e3 * _pct(lat, 0.99),
-                           "max": 1e3 * max(lat), "mean": 1e3 * statistics.fmean(lat)},
-            "list_all_ms": 1e3 * list_s, "rss_mb_idle": rss_idle, "rss_mb": rss, "engine_rounds": health["rounds"],
-            "running": sum(j["state"] == "RUNNING" for j in listed), "loadavg_after": os.getloadavg(),
-            "targets": {"p99_ms": 100, "rss_mb": 300},
-        })
-        result["pass"] = (not result["lost_api"] and not result["lost_db"] and len(ids) == a.jobs
-                          and result["latency_ms"]["p99"] <= 100 and rss["VmRSS"] <= 300)
+        sub = _submit_all(base, headers, script, a.jobs, a.clients)
+        result.update(_measure(base, headers, proc.pid, db, sub, rss_idle))
+        result["pass"] = (not result["lost_api"] and not result["lost_db"] and len(sub.ids) == a.jobs
+                          and result["latency_ms"]["p99"] <= 100 and result["rss_mb"]["VmRSS"] <= 300)
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-        _kill_workers(db)
+        stop_service(proc)
+        kill_workers(db)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "service_load.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
-
-
-def _kill_workers(db: str) -> None:
-    """The sleeper job's workers outlive the service by design (adoption); end them here."""
-    from elastisched.service.store import Store
-
-    store = Store(db)
-    for gen in store.generations():
-        for pid, _ticks in gen["pids"]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-    store.close()
 
 
 if __name__ == "__main__":
