@@ -39,10 +39,12 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST, module: str, is_pkg: bool) -> Iterable[tuple[str, tuple[str, ...]]]:
-    """(imported module, names) for every run-time import statement under `tree`."""
+def _imports(tree: ast.AST, module: str, is_pkg: bool,
+             type_only: bool = False) -> Iterable[tuple[str, tuple[str, ...]]]:
+    """(imported module, names) for every run-time import statement under `tree` (and, with `type_only`, every
+    import under `if TYPE_CHECKING:` as well)."""
     for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_only:
             yield from (x for n in node.orelse for x in _imports(ast.Module([n], []), module, is_pkg))
             continue
         if isinstance(node, ast.Import):
@@ -56,7 +58,7 @@ def _imports(tree: ast.AST, module: str, is_pkg: bool) -> Iterable[tuple[str, tu
                 target = node.module or ""
             yield target, tuple(a.name for a in node.names)
         else:
-            yield from _imports(node, module, is_pkg)
+            yield from _imports(node, module, is_pkg, type_only)
 
 
 def modules(src: Path = SRC, pkg: str = PKG) -> dict[str, Path]:
@@ -67,14 +69,16 @@ def modules(src: Path = SRC, pkg: str = PKG) -> dict[str, Path]:
     return out
 
 
-def import_graph(src: Path = SRC, pkg: str = PKG) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(internal edges, all imported names incl. third-party) per module."""
+def import_graph(src: Path = SRC, pkg: str = PKG,
+                 type_only: bool = False) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(internal edges, all imported names incl. third-party) per module; `type_only` adds the imports made for
+    type checking only (a cycle through them is still two modules that need each other to be understood)."""
     mods = modules(src, pkg)
     graph: dict[str, set[str]] = {m: set() for m in mods}
     raw: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
         tree = ast.parse(path.read_text())
-        for target, names in _imports(tree, mod, path.name == "__init__.py"):
+        for target, names in _imports(tree, mod, path.name == "__init__.py", type_only):
             raw[mod].add(target)
             subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in mods]
             raw[mod].update(subs)
@@ -146,8 +150,9 @@ def violations(raw: dict[str, set[str]], pkg: str = PKG) -> list[str]:
     return sorted(bad)
 
 
-def test_no_import_cycles() -> None:
-    graph, _ = import_graph()
+@pytest.mark.parametrize("type_only", [False, True], ids=["run-time", "with-type-only"])
+def test_no_import_cycles(type_only: bool) -> None:
+    graph, _ = import_graph(type_only=type_only)
     for a, b in DISCOVERY:
         graph[a].discard(b)
     assert not cycles(graph), cycles(graph)
@@ -204,3 +209,159 @@ def test_a_planted_violation_is_found(tmp_path: Path) -> None:
 @pytest.mark.parametrize("package", sorted(RULES))
 def test_every_ruled_package_exists(package: str) -> None:
     assert (SRC / PKG / package).is_dir()
+
+
+# --- wings, the policy boundary of the bodies, models/ as shared truth, reachability (issue 20) ---
+
+#: modules started as programs (`python -m …`, the console script) or imported by users (the training library)
+ENTRY_POINTS = ("elastisched.cli.main", "elastisched.__main__", "elastisched.cli.__main__",
+                "elastisched.service.__main__", "elastisched.train", "elastisched.train.commands",
+                "elastisched.train._entry", "elastisched.train._standby", "elastisched.backends._wrap")
+#: imports by name (importlib), each a registry or a lazy export table: importer -> what it may import
+DYNAMIC = {
+    "elastisched.policies.base": "elastisched.policies.",  # make_policy / registered(): every policy module
+    "elastisched.experiments.base": "elastisched.experiments.",  # every experiment module registers itself
+    "elastisched.train": "elastisched.train.",  # the lazy `_EXPORTS` table
+    "elastisched.core": "elastisched.core.",  # the lazy `_MODULE` table
+}
+#: optional command groups `cli.main._optional_plugins` loads by name
+PLUGINS = {"elastisched.cli.main": ("elastisched.train.commands", "elastisched.cli.service")}
+BODIES = ("engine", "sim", "service")
+POLICY_API = ("elastisched.policies", "elastisched.policies.base")
+
+
+def wing_of(module: str, src: Path = SRC, pkg: str = PKG) -> str | None:
+    """The wing (a sub-package of `policies/`) a module lives in, or None."""
+    parts = module.split(".")
+    if len(parts) >= 3 and parts[:2] == [pkg, "policies"] and (src / pkg / "policies" / parts[2]).is_dir():
+        return parts[2]
+    return None
+
+
+def wing_violations(graph: dict[str, set[str]], src: Path = SRC, pkg: str = PKG) -> list[str]:
+    """A wing's module imported from outside its own wing and `experiments/`; a body (engine, sim, service)
+    importing anything of `policies` but its base and registry."""
+    bad = []
+    for mod, targets in graph.items():
+        layer = mod.split(".")[1] if "." in mod else ""
+        for t in targets:
+            wing = wing_of(t, src, pkg)
+            if wing is not None and wing_of(mod, src, pkg) != wing and layer != "experiments":
+                bad.append(f"{mod} imports {t} (wing {wing!r})")
+            elif layer in BODIES and t.startswith(f"{pkg}.policies") and t not in POLICY_API:
+                bad.append(f"{mod} imports {t} (a body uses only policies.base)")
+    return sorted(bad)
+
+
+def _transitive_importers(graph: dict[str, set[str]], module: str, within: str) -> set[str]:
+    """Modules importing `module`, directly or through modules under `within` (e.g. models/)."""
+    importers: dict[str, set[str]] = {}
+    for a, targets in graph.items():
+        for b in targets:
+            importers.setdefault(b, set()).add(a)
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for a in importers.get(todo.pop(), ()):
+            if a not in seen:
+                seen.add(a)
+                if a.startswith(within):
+                    todo.append(a)
+    return seen
+
+
+def lonely_models(graph: dict[str, set[str]], src: Path = SRC, pkg: str = PKG) -> list[str]:
+    """Modules of models/ whose users (directly or through other models/ modules) are neither the simulator, the
+    engine nor the service, nor at least two wings: what one policy believes belongs in its wing."""
+    bad = []
+    for mod in sorted(graph):
+        if not mod.startswith(f"{pkg}.models.") or (src / Path(*mod.split("."))).is_dir():
+            continue
+        users = _transitive_importers(graph, mod, f"{pkg}.models")
+        bodies = {u.split(".")[1] for u in users} & set(BODIES)
+        wings = {w for u in users if (w := wing_of(u, src, pkg))}
+        if not bodies and len(wings) < 2:
+            bad.append(f"{mod}: used by {sorted(users) or 'nothing'}")
+    return bad
+
+
+def unreachable(graph: dict[str, set[str]], entry_points: Iterable[str] = ENTRY_POINTS) -> list[str]:
+    """Modules no entry point reaches through imports, registries and plugin tables (a package's module also
+    reaches its package `__init__`, which Python runs first)."""
+    edges = {m: set(ts) for m, ts in graph.items()}
+    for importer, prefix in DYNAMIC.items():
+        if importer in edges:
+            edges[importer].update(m for m in graph if m.startswith(prefix))
+    for importer, plugins in PLUGINS.items():
+        edges.setdefault(importer, set()).update(p for p in plugins if p in graph)
+    for m in graph:
+        parent = m.rpartition(".")[0]
+        if parent in graph:
+            edges[m].add(parent)
+    seen = {e for e in entry_points if e in graph}
+    todo = list(seen)
+    while todo:
+        for t in edges.get(todo.pop(), ()):
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return sorted(set(graph) - seen)
+
+
+def test_wings_are_private_and_bodies_see_only_the_policy_api() -> None:
+    graph, _ = import_graph()
+    bad = wing_violations(graph)
+    assert not bad, "\n".join(bad)
+
+
+def test_every_module_directly_in_models_is_shared_truth() -> None:
+    graph, _ = import_graph()
+    bad = lonely_models(graph)
+    assert not bad, "\n".join(bad)
+
+
+def test_every_module_is_reachable_from_an_entry_point() -> None:
+    graph, _ = import_graph()
+    bad = unreachable(graph)
+    assert not bad, "reached only by tests or benchmarks (wire it in or delete it):\n" + "\n".join(bad)
+
+
+def test_every_entry_point_exists() -> None:
+    mods = modules()
+    assert [e for e in ENTRY_POINTS if e not in mods] == []
+
+
+def test_planted_wing_body_model_and_reachability_breaches_are_found(tmp_path: Path) -> None:
+    src = _plant(tmp_path, {
+        "policies/base.py": "",
+        "policies/alpha/policy.py": "from elastisched.policies.alpha import helper\n",
+        "policies/alpha/helper.py": "from elastisched.models import shared, lonely\n",
+        "policies/beta/policy.py": ("from elastisched.policies.alpha import helper\n"
+                                    "from elastisched.models import shared\n"),
+        "models/shared.py": "", "models/lonely.py": "",
+        "sim/run.py": "from elastisched.policies import base\nfrom elastisched.policies.alpha import policy\n",
+        "experiments/study.py": "from elastisched.policies.alpha import policy\n",
+        "cli/main.py": "from elastisched.sim import run\n",
+        "orphan.py": "",
+    })
+    graph, _ = import_graph(src)
+    assert wing_violations(graph, src) == [
+        "elastisched.policies.beta.policy imports elastisched.policies.alpha.helper (wing 'alpha')",
+        "elastisched.sim.run imports elastisched.policies.alpha.policy (wing 'alpha')",
+    ]
+    assert lonely_models(graph, src) == ["elastisched.models.lonely: used by ['elastisched.policies.alpha.helper']"]
+    assert "elastisched.orphan" in unreachable(graph, ["elastisched.cli.main"])
+    assert "elastisched.experiments.study" in unreachable(graph, ["elastisched.cli.main"])
+    assert "elastisched.policies.alpha.policy" not in unreachable(graph, ["elastisched.cli.main"])
+
+
+def test_a_flat_policy_imports_no_wing() -> None:
+    """`make_policy("fifo")` loads fifo alone: a `sim run -p fifo` pays for no optimiser's imports."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from elastisched.policies.base import make_policy; make_policy('fifo'); "
+            "print(' '.join(m for m in sys.modules if m.startswith('elastisched.policies.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "elastisched.policies.fifo" in loaded
+    assert [m for m in loaded if wing_of(m)] == []
