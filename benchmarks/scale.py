@@ -1,0 +1,90 @@
+"""Datacenter-scale benchmark (issue 22): writes benchmarks/results/scale.json (committed).
+
+One file, several sections, each measured by a module beside this one that exposes
+`run(args: argparse.Namespace) -> dict` and `add_arguments(parser)`:
+
+- `replay`    (`_scale_replay.py`): whole-trace replays, CPU / wall / peak RSS against the number of jobs;
+- `decisions` (`_scale_decisions.py`): decision time per round against GPUs and active jobs, per elastic policy;
+- `philly`    (`_scale_philly.py`): the full Philly trace with the elastic policies;
+- `live`      (`_scale_live.py`): the live service with the fake backend.
+
+A run updates only the sections it ran (`--sections replay,decisions`), so one section can be measured again
+without the others; every section records when, on which commit and with how many BLAS threads it was measured.
+Time with one BLAS thread: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python benchmarks/scale.py --sections …`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "scale.json"
+SECTIONS: dict[str, str] = {"replay": "_scale_replay", "decisions": "_scale_decisions", "philly": "_scale_philly",
+                            "live": "_scale_live"}
+
+
+def _section_module(name: str) -> Any:
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    return importlib.import_module(SECTIONS[name])
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _provenance() -> dict[str, Any]:
+    return {"measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": _commit(),
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"), "cpus": os.cpu_count(),
+            "python": sys.version.split()[0]}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help=f"comma-separated sections to measure (default: all of {', '.join(SECTIONS)})")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON file to update (default: %(default)s)")
+    p.add_argument("--quick", action="store_true", help="small sizes only (a smoke run; do not commit its JSON)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    pre, _ = parser.parse_known_args(argv)
+    names = [s.strip() for s in pre.sections.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SECTIONS]
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
+    modules = {n: _section_module(n) for n in names}
+    for m in modules.values():
+        m.add_arguments(parser)
+    args = parser.parse_args(argv)
+    out: Path = args.out
+    data: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {}
+    for name, module in modules.items():
+        print(f"==> section {name}", flush=True)
+        result = module.run(args)
+        if args.quick:
+            result["quick"] = True
+        data[name] = {**_provenance(), **result}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")  # after each section: nothing lost
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
