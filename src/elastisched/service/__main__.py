@@ -27,14 +27,18 @@ def main() -> None:
     ap.add_argument("--follow-idle", type=float, default=300.0, help="end a log follow after this long (s) "
                     "without new output")
     ap.add_argument("--profiles", default=None, help="measured application profiles (Pollux format), one dir each")
-    ap.add_argument("--backend", default="local", choices=["local", "ray"])
+    ap.add_argument("--backend", default="local", choices=["local", "ray", "fake"],
+                    help="local processes, a Ray cluster, or fake nodes that exist only in the service (scale tests)")
+    ap.add_argument("--fake-mtbf", type=float, default=None, help="--backend fake: mean seconds until a running "
+                    "generation fails (default: never)")
     ap.add_argument("--ray-address", default=None, help="Ray cluster (auto or HOST:PORT) for --backend ray")
     a = ap.parse_args()
     try:
         serve(host=a.host, port=a.port, db=a.db, cluster=a.cluster, policy=a.policy, workdir=a.workdir,
               scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries,
               profiles=a.profiles, max_follows=a.max_follows, follow_idle_s=a.follow_idle,
-              backend=a.backend, ray_address=a.ray_address, policy_interval=a.policy_interval)
+              backend=a.backend, ray_address=a.ray_address, policy_interval=a.policy_interval,
+              fake_mtbf_s=a.fake_mtbf)
     except ElastischedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

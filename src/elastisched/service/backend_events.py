@@ -58,12 +58,30 @@ def apply_actions(svc: Service, actions: Sequence[Action], now: float | None = N
 
 
 def handle(svc: Service, events: Sequence[BackendEvent]) -> None:
-    for e in events:
-        try:
-            _event(svc, e)
-        except Exception as exc:  # one job's bad event must not stop the others (nor startup)
-            svc.last_error = f"event {type(e).__name__} of {e.job_id}: {type(exc).__name__}: {exc}"
-            log.exception("handling %s failed", e)
+    """Record what the backend reports. A run of facts that start nothing (workers started, hints) is written
+    in one transaction: a burst of launches costs one commit, not one per job. An end may relaunch (its plan
+    must be committed before the backend acts), so each end is handled on its own."""
+    i = 0
+    while i < len(events):
+        j = i
+        while j < len(events) and isinstance(events[j], JobStarted | JobHints):
+            j += 1
+        if j == i:
+            _guarded(svc, events[i])
+            i += 1
+            continue
+        with svc.store.tx():
+            for e in events[i:j]:
+                _guarded(svc, e)
+        i = j
+
+
+def _guarded(svc: Service, e: BackendEvent) -> None:
+    try:
+        _event(svc, e)
+    except Exception as exc:  # one job's bad event must not stop the others (nor startup)
+        svc.last_error = f"event {type(e).__name__} of {e.job_id}: {type(exc).__name__}: {exc}"
+        log.exception("handling %s failed", e)
 
 
 def _event(svc: Service, e: BackendEvent) -> None:

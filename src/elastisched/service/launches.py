@@ -60,7 +60,12 @@ class Launches:
         """Persist what each action starts or stops; LAUNCH / RESIZE come back with their launch spec. A RESIZE
         that only changes the batch on the same GPUs (`engine.jobstate.change_kind` "reconfigure") starts no
         generation: the target batch is recorded and the action is left out (see `in_place`). Its event says
-        which gradient statistics the policy saw (`grad`: the job's measured ones, from its hints, or None)."""
+        which gradient statistics the policy saw (`grad`: the job's measured ones, from its hints, or None).
+        All of it is one transaction (with the caller's, if one is open), committed before any backend acts."""
+        with self.store.tx():
+            return self._prepare(actions, grad)
+
+    def _prepare(self, actions: list[Action], grad: Mapping[str, tuple[float, float] | None] | None) -> list[Action]:
         out = []
         for a in actions:
             if in_place(a):
@@ -96,7 +101,8 @@ class Launches:
             cause = Cause.LAUNCH if a.kind is ActionKind.LAUNCH else Cause.RESIZE
             if cause == Cause.LAUNCH and gen > 1:
                 cause = Cause.RESUME  # a suspended (preempted / reclaimed) job continues from its checkpoint
-        batch = job_spec(row["id"], row["name"], row["submit_time"], row["spec"]).batch_for(a.allocation)
+        job = job_spec(row["id"], row["name"], row["submit_time"], row["spec"], row["resize_to"])
+        batch = job.batch_for(a.allocation)
         placement = [[n, k] for n, k in a.allocation.placement]
         token = secrets.token_hex(16)
         with self.store.tx() as c:
@@ -110,7 +116,7 @@ class Launches:
             self.store.add_event(a.job_id, cause, {"generation": gen, "placement": placement, "batch_size": batch},
                                  conn=c)
         spec = LaunchSpec(script=row["script"], args=tuple(row["args"]), generation=gen, cause=cause, token=token,
-                          batch_size=batch)
+                          batch_size=batch, job=job)
         return Action(a.kind, a.job_id, a.allocation, a.previous, spec)
 
     def started(self, e: JobStarted) -> None:

@@ -1,4 +1,4 @@
-"""Assemble store + local backend + engine loop + API and run them under uvicorn (`elastisched serve`).
+"""Assemble store + backend (local, Ray or fake) + engine loop + API and run them under uvicorn (`elastisched serve`).
 
 Shutdown (SIGTERM/SIGINT) always ends within `--grace` seconds (at least 1): open log follows end at their
 next poll, uvicorn stops waiting for connections after half of it, and a watchdog exits the process when the
@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from elastisched.backends.local import LocalBackend
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.errors import ConfigError
+from elastisched.core.types import NodeView
 from elastisched.service.app import create_app
 from elastisched.service.auth import precreate_private, secure_workdir, sqlite_path, write_private
 from elastisched.service.daemon import Service
@@ -29,6 +30,7 @@ from elastisched.service.logstream import Follows
 from elastisched.service.store import Store
 
 TOKEN_ENV = "ELASTISCHED_TOKEN"
+BACKENDS = ("local", "ray", "fake")
 log = logging.getLogger("elastisched.service")
 
 
@@ -62,7 +64,8 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           grace_s: float = 15.0, max_retries: int = 2, seed: int = 0, profiles: str | None = None,
           python: str = sys.executable, max_follows: int = 32,
           follow_idle_s: float = 300.0, backend: str = "local",
-          ray_address: str | None = None, policy_interval: float | None = None) -> tuple[FastAPI, Service, str]:
+          ray_address: str | None = None, policy_interval: float | None = None,
+          fake_mtbf_s: float | None = None) -> tuple[FastAPI, Service, str]:
     work = secure_workdir(Path(workdir).resolve())
     url = db or default_db(work)
     file = sqlite_path(url)
@@ -74,10 +77,30 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
     elif not Path(scripts_dir).is_dir():
         raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
     tok = resolve_token(token, work)
+    if backend not in BACKENDS:
+        raise ConfigError("--backend", backend, f"must be one of {', '.join(BACKENDS)}")
+    if policy_interval is not None and not (policy_interval > 0 and policy_interval < float("inf")):
+        raise ConfigError("--policy-interval", str(policy_interval), "must be a positive number of seconds")
+    if fake_mtbf_s is not None and (backend != "fake" or not 0 < fake_mtbf_s < float("inf")):
+        raise ConfigError("--fake-mtbf", str(fake_mtbf_s), "needs --backend fake and a positive number of seconds")
+    profiles_dir = None if profiles is None else str(Path(profiles).resolve())
+    models = None
+    if backend == "fake":  # the fake runs jobs by the models the policy sees: one set, built once
+        from elastisched.service.profiles import load_models
+
+        models = load_models(profiles_dir)
+    nodes, runner = _backend(backend, work, cluster, python=python, grace_s=grace_s, ray_address=ray_address,
+                             models=models, mtbf_s=fake_mtbf_s, seed=seed)
     store = Store(url)
-    if backend not in ("local", "ray"):
-        raise ConfigError("--backend", backend, "must be local or ray")
-    runner: Any
+    service = Service(store, nodes, runner, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
+                      policy_interval=policy_interval, models=models, profiles_dir=profiles_dir)
+    follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
+    return create_app(service, tok, scripts_dir, follows=follows), service, tok
+
+
+def _backend(backend: str, work: Path, cluster: str, *, python: str, grace_s: float, ray_address: str | None,
+             models: Any, mtbf_s: float | None, seed: int) -> tuple[tuple[NodeView, ...], Any]:
+    """The node inventory and the backend that runs jobs on it."""
     if backend == "ray":  # the inventory comes from the Ray cluster; --cluster is not used
         from elastisched.backends.ray import RayBackend
 
@@ -86,16 +109,14 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
         if not nodes:
             raise ConfigError("--ray-address", ray_address or "auto", "has no alive node with a gpu_<type> resource "
                               "in the train pool")
-    else:
-        nodes = parse_cluster(cluster, default_gpu_type="cpu")
-        runner = LocalBackend(work, python=python, grace_s=grace_s, nodes=nodes)
-    if policy_interval is not None and not (policy_interval > 0 and policy_interval < float("inf")):
-        raise ConfigError("--policy-interval", str(policy_interval), "must be a positive number of seconds")
-    service = Service(store, nodes, runner, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
-                      policy_interval=policy_interval,
-                      profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
-    follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
-    return create_app(service, tok, scripts_dir, follows=follows), service, tok
+        return nodes, runner
+    if backend == "fake":  # nodes that exist only in the service; the bundled profiles are of t4 GPUs
+        from elastisched.backends.fake import FakeBackend
+
+        nodes = parse_cluster(cluster, default_gpu_type="t4")
+        return nodes, FakeBackend(nodes, models, mtbf_s=mtbf_s, seed=seed)
+    nodes = parse_cluster(cluster, default_gpu_type="cpu")
+    return nodes, LocalBackend(work, python=python, grace_s=grace_s, nodes=nodes)
 
 
 def serve(*, host: str = "127.0.0.1", port: int = 8470, **kwargs: Any) -> None:
