@@ -5,9 +5,10 @@ Every round reads every active job (`Store.active_light`) and every step the pen
 per round however few changed (about 0.1 s at 10,000 queued jobs on SQLite). The service's one process writes
 every job row through its `Store` (the API its submissions and requests, the daemon the rest), so the `Store`
 keeps this mirror exact instead: it loads it once under the writers' lock, and each write transaction stages
-the changes it makes to job rows, applied when (and only when) that transaction commits. A round then costs
-a copy of the light rows, with no query. A process that writes job rows behind the service's back (none
-does: the CLI's token commands write `tokens` only) would not be seen until the service restarts.
+the changes it makes to job rows, applied when (and only when) that transaction commits. A round then reads
+the light rows with no query, and a row that did not change is the same dict as last round. A process that
+writes job rows behind the service's back (none does: the CLI's token commands write `tokens` only) would not
+be seen until the service restarts.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from elastisched.service.tables import TERMINAL
 
 # the columns of a job the engine loop reads each round (the spec and arguments are read once per job)
 LIGHT = ("id", "name", "submit_time", "placement", "batch_size", "resize_to", "start_time", "restarts",
-         "cancel_requested", "held", "state", "generation")
+         "cancel_requested", "held", "state", "generation", "retries")
 
 Change = tuple[str, Mapping[str, Any]]  # (job id, fields written)
 
@@ -39,8 +40,10 @@ class ActiveMirror:
         self.rows = {r["id"]: dict(r) for r in rows}
 
     def apply(self, changes: Iterable[Change]) -> None:
-        """Changes of one committed transaction: a new job (it has a `submit_time`) joins; a job that reaches
-        a final state leaves."""
+        """Changes of one committed transaction (called under the writers' lock): a new job (it has a
+        `submit_time`) joins; a job that reaches a final state leaves; a job this mirror does not hold made
+        active again (nothing in the service does that) makes it read the table afresh on its next use. A
+        changed row is a new dict, never changed in place, so a reader holding the old one sees it whole."""
         if self.rows is None:
             return
         for job_id, fields in changes:
@@ -48,17 +51,23 @@ class ActiveMirror:
             if row is None:
                 if "submit_time" in fields and fields.get("state") not in TERMINAL:
                     self.rows[job_id] = {k: None for k in LIGHT} | _light(fields)
+                elif fields.get("state") not in (None, *TERMINAL):
+                    self.rows = None  # a job came back from a final state (the service never does): read again
+                    return
                 continue
-            row.update(_light(fields))
-            if row["state"] in TERMINAL:
+            new = row | _light(fields)
+            if new["state"] in TERMINAL:
                 del self.rows[job_id]
+            else:
+                self.rows[job_id] = new
 
-    def light(self) -> list[dict[str, Any]]:
-        """Copies of the light rows (a caller may keep or change them)."""
-        assert self.rows is not None
-        return [dict(r) for r in self.rows.values()]
+    def light(self) -> list[dict[str, Any]] | None:
+        """The light rows now, in submission order (None: not loaded). Read-only: a row is replaced, never
+        changed, when its job changes (so an unchanged job is the very same dict from one round to the next)."""
+        rows = self.rows
+        return None if rows is None else list(rows.values())  # one C-level copy: atomic beside a writer's `apply`
 
-    def requests(self) -> list[dict[str, Any]]:
-        """Active jobs with a pending cancel, a hold or an admin size."""
-        assert self.rows is not None
-        return [dict(r) for r in self.rows.values() if r["cancel_requested"] or r["held"] or r["resize_to"] is not None]
+    def get(self, job_id: str) -> dict[str, Any] | bool | None:
+        """The light row of an active job (read-only), None for a job that is not active, False: not loaded."""
+        rows = self.rows
+        return False if rows is None else rows.get(job_id)

@@ -25,9 +25,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from elastisched.service.api_models import BodyTooLarge, body_too_large, guard, validation_error
 from elastisched.service.auth import Authenticator
 from elastisched.service.daemon import Service
+from elastisched.service.job_listing import Listing
 from elastisched.service.logstream import Follows
 from elastisched.service.routes import cluster, dashboard, jobs, meta
-from elastisched.service.routes.context import ApiContext, http_error
+from elastisched.service.routes.context import ApiContext, http_error, job_json
 
 
 def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLike[str], *,
@@ -35,7 +36,8 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
     """The API over a `Service`; `token` is the legacy admin token (None: per-user tokens only). The lifespan
     starts and stops the engine loop."""
     ctx = ApiContext(service=service, store=service.store, scripts_dir=Path(scripts_dir).resolve(),
-                     follows=follows or Follows(), authn=Authenticator(service.store, token))
+                     follows=follows or Follows(), authn=Authenticator(service.store, token),
+                     listing=Listing(service.store, job_json))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

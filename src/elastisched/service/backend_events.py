@@ -90,7 +90,7 @@ def _event(svc: Service, e: BackendEvent) -> None:
         svc.store.add_event(None, "nodes_changed", {"nodes": [n.node_id for n in e.nodes], "lost": list(e.lost)})
         apply_actions(svc, svc.launches.nodes_lost(set(e.lost)))
         return
-    row = svc.store.get_job(e.job_id)
+    row = svc.store.active_row(e.job_id) or svc.store.get_job(e.job_id)  # an active job's, without a query
     if isinstance(e, JobStarted):
         svc.launches.started(e)
     elif isinstance(e, GenerationEnded) and row is not None:

@@ -67,6 +67,8 @@ class Launches:
 
     def _prepare(self, actions: list[Action], grad: Mapping[str, tuple[float, float] | None] | None) -> list[Action]:
         out = []
+        starts = [a.job_id for a in actions if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE) and a.launch is None]
+        rows = self.store.jobs_by_id(starts) if starts else {}  # one query for the round's launches
         for a in actions:
             if in_place(a):
                 row = self.store.get_job(a.job_id)
@@ -78,7 +80,7 @@ class Launches:
                     "grad_stats": None if stats is None else list(stats), "source": "hints" if stats else "model"})
                 continue
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE) and a.launch is None:
-                planned = self.plan(a)
+                planned = self.plan(a, row=rows.get(a.job_id))
                 if planned is not None:
                     out.append(planned)
                 continue
@@ -92,8 +94,9 @@ class Launches:
         resume them as if they had been lost)."""
         self.store.update_generation(job_id, None, state=GenerationState.STOPPING)
 
-    def plan(self, a: Action, cause: str | None = None) -> Action | None:
-        row = self.store.get_job(a.job_id)
+    def plan(self, a: Action, cause: str | None = None, row: dict[str, Any] | None = None) -> Action | None:
+        """Record the generation `a` starts (`row`: the job's whole row if the caller has read it)."""
+        row = row if row is not None else self.store.get_job(a.job_id)
         if row is None or row["state"] not in ACTIVE:
             return None
         gen = int(row["generation"]) + 1

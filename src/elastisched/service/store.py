@@ -8,20 +8,16 @@ and the API threads and the daemon thread share a single engine.
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     Connection,
-    Select,
     String,
-    Table,
     bindparam,
     create_engine,
     event,
@@ -40,6 +36,7 @@ from sqlalchemy.pool import StaticPool
 from elastisched.core.enums import GenerationState
 from elastisched.service.active_jobs import LIGHT, ActiveMirror, Change
 from elastisched.service.store_loans import LoanStore
+from elastisched.service.store_sql import EVENTS, GENERATIONS, JOBS, in_memory, json_list, sqlite_pragmas
 from elastisched.service.tables import (
     ACTIVE,
     LEGACY_STATES,
@@ -64,42 +61,6 @@ def _row(r: Any) -> dict[str, Any]:
     return dict(r._mapping)
 
 
-class _Rows:
-    """A table's rows as plain dicts, without SQLAlchemy's per-row mapping and JSON processing: columns are
-    fetched as tuples, JSON columns as text (decoded here, the common `[]` without the decoder; a driver with a
-    native JSON type hands them over decoded). A third of the cost of `dict(row._mapping)` on a listing."""
-
-    def __init__(self, table: Table) -> None:
-        self.table = table
-        self.names = tuple(c.name for c in table.columns)
-        self.columns = [type_coerce(c, String) if isinstance(c.type, JSON) else c for c in table.columns]
-        self.json = tuple(i for i, c in enumerate(table.columns) if isinstance(c.type, JSON))
-
-    def select(self) -> Select[Any]:
-        return select(*self.columns)
-
-    def rows(self, raw: Iterable[Sequence[Any]]) -> list[dict[str, Any]]:
-        names, js, out = self.names, self.json, []
-        for r in raw:
-            vals = list(r)
-            for i in js:
-                v = vals[i]
-                if isinstance(v, str):
-                    vals[i] = [] if v == "[]" else json.loads(v)
-            out.append(dict(zip(names, vals, strict=True)))
-        return out
-
-
-JOBS, GENERATIONS, EVENTS = _Rows(jobs), _Rows(generations), _Rows(events)
-
-
-def _json_list(v: Any) -> list[Any]:
-    """A JSON list column read as text (SQLite) or already decoded (drivers with a native JSON type)."""
-    if isinstance(v, str):
-        return [] if v == "[]" else list(json.loads(v))
-    return list(v or [])
-
-
 class Store(LoanStore):
     """All reads and writes of the service. Methods return plain dicts (rows) so callers never hold
     connections across threads."""
@@ -109,7 +70,7 @@ class Store(LoanStore):
         kwargs: dict[str, Any] = {}
         # An in-memory SQLite database lives in its one connection, which every thread shares under our lock;
         # any other database gets a pool, so reads need no lock (SQLite's WAL lets them run beside the writer).
-        self.shared = url.startswith("sqlite") and _in_memory(url)
+        self.shared = url.startswith("sqlite") and in_memory(url)
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         if self.shared:
@@ -118,7 +79,7 @@ class Store(LoanStore):
             kwargs |= {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW, "pool_pre_ping": False}
         self.engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", sqlite_pragmas)
         self._lock = threading.RLock()
         self.mirror = ActiveMirror()  # the active jobs' light rows, for the engine loop (service/active_jobs.py)
         self._staged: dict[int, list[Change]] = {}  # job-row writes of each open write transaction
@@ -265,14 +226,38 @@ class Store(LoanStore):
         with self.read() as c:
             return JOBS.rows(c.execute(q))
 
+    def list_job_states(self, states: Sequence[str] | None = None, limit: int | None = None,
+                        owner: str | None = None) -> list[tuple[str, str]]:
+        """(id, state) of the jobs `list_jobs` would return, in the same order."""
+        q = select(jobs.c.id, jobs.c.state).order_by(jobs.c.seq)
+        if owner is not None:
+            q = q.where(jobs.c.owner == owner)
+        if states:
+            q = q.where(jobs.c.state.in_(list({LEGACY_STATES.get(x, x) for x in states})))
+        if limit:
+            q = q.limit(limit)
+        with self.read() as c:
+            return [(str(i), str(s)) for i, s in c.execute(q)]
+
     def active_jobs(self) -> list[dict[str, Any]]:
         return self.list_jobs(ACTIVE)
 
     def active_light(self) -> list[dict[str, Any]]:
         """Active jobs without the large columns (spec, args): what one engine round reads, from the mirror
-        (`service/active_jobs.py`), loaded from the database on first use."""
-        self._load_mirror()
-        return self.mirror.light()
+        (`service/active_jobs.py`, read-only rows), loaded from the database on first use."""
+        while True:
+            self._load_mirror()
+            rows = self.mirror.light()
+            if rows is not None:
+                return rows
+
+    def active_row(self, job_id: str) -> dict[str, Any] | None:
+        """The light row of one active job (read-only; from the mirror), None if the job is not active."""
+        while True:
+            self._load_mirror()
+            row = self.mirror.get(job_id)
+            if row is not False:
+                return row or None
 
     def _load_mirror(self) -> None:
         if self.mirror.rows is not None:
@@ -287,18 +272,22 @@ class Store(LoanStore):
             rows = []
             for r in raw:
                 d = dict(zip(LIGHT, r, strict=True))
-                d["placement"] = _json_list(d["placement"])
+                d["placement"] = json_list(d["placement"])
                 rows.append(d)
             self.mirror.load(rows)
+
+    def jobs_by_id(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Whole rows of the jobs `ids` (one query)."""
+        with self.read() as c:
+            return {r["id"]: r for r in JOBS.rows(c.execute(JOBS.select().where(jobs.c.id.in_(list(ids)))))}
 
     def specs(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         with self.read() as c:
             return {r[0]: r[1] for r in c.execute(select(jobs.c.id, jobs.c.spec).where(jobs.c.id.in_(list(ids))))}
 
     def requests(self) -> list[dict[str, Any]]:
-        """Active jobs with a pending cancel, a hold or an admin size (light rows, from the mirror)."""
-        self._load_mirror()
-        return self.mirror.requests()
+        """Active jobs with a pending cancel, a hold or an admin size (read-only light rows, from the mirror)."""
+        return [r for r in self.active_light() if r["cancel_requested"] or r["held"] or r["resize_to"] is not None]
 
     def count_by_state(self) -> dict[str, int]:
         with self.read() as c:
@@ -388,18 +377,3 @@ class Store(LoanStore):
         with self.read() as c:
             return GENERATIONS.rows(c.execute(q))
 
-
-def _in_memory(url: str) -> bool:
-    """A SQLite URL of an in-memory database (`sqlite://`, `sqlite:///:memory:`, `?mode=memory`)."""
-    path = url.split("://", 1)[1].lstrip("/") if "://" in url else ""
-    return path.split("?", 1)[0] in ("", ":memory:") or "mode=memory" in url
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    """WAL lets readers (CLI, a second process) proceed while the service writes; NORMAL sync is
-    durable across a process crash (kill -9), which is the failure the service must survive."""
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.close()

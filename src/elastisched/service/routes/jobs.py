@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from elastisched.service.api_models import ResizeRequest, SubmitRequest
@@ -54,14 +54,14 @@ def submit(req: SubmitRequest, who: User, ctx: Ctx) -> dict[str, Any]:
 # re-serialise every row of the answer against the return type (a list of free-form dicts) first.
 @router.get("/v1/jobs", response_class=JSONResponse)
 def list_jobs(who: User, ctx: Ctx, state: Annotated[str | None, Query(max_length=200)] = None,
-              limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> JSONResponse:
-    """Your jobs (an admin: all) in submission order."""
+              limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> Response:
+    """Your jobs (an admin: all) in submission order (`service/job_listing.py`)."""
     states = [s.strip().upper() for s in state.split(",")] if state else None
     for s in states or ():
         if s not in STATES and s not in LEGACY_STATES:  # older names (STARTING, RESIZING) still filter
             raise unprocessable(f"state: {s[:40]!r} is not a job state; one of {', '.join(STATES)}")
-    rows = ctx.store.list_jobs(states, limit, owner=None if who.admin else who.user)
-    return JSONResponse([job_json(r) for r in rows])
+    return Response(ctx.listing.body(states, limit, owner=None if who.admin else who.user),
+                    media_type="application/json")
 
 
 @router.get("/v1/jobs/{job_id}", response_class=JSONResponse)
