@@ -79,7 +79,7 @@ def test_the_mirror_of_active_jobs_equals_the_table(tmp_path: Path, url: str) ->
 
 def test_listing_keeps_ended_jobs_json_and_answers_as_afresh(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
-    listing = Listing(store, job_json, max_kept=5)
+    listing = Listing(store, job_json, max_kept=5)  # small: ended jobs are dropped and read again
     rng = random.Random(2)
     ids = [store.create_job(name=f"j{i}", script="/x", args=["--k", str(i)], spec={"num_gpus": 1 + i % 3},
                             owner=rng.choice(["a", "b"]))["id"] for i in range(30)]
@@ -91,7 +91,9 @@ def test_listing_keeps_ended_jobs_json_and_answers_as_afresh(tmp_path: Path) -> 
         live = [j for j in ids if store.get_job(j)["state"] not in ("SUCCEEDED", "FAILED")]
         for jid in rng.sample(live, min(6, len(live))):
             store.update_job(jid, state=rng.choice(["RUNNING", "SUCCEEDED", "FAILED"]), end_time=float(step),
-                             placement=[["n1", 2]] if step % 2 else [])
+                             placement=[["n1", 2]] if step % 2 else [], message=f"m{step}")
+        with store.tx() as c:  # the round's pending reasons (one statement for many jobs)
+            store.set_reasons({j: f"Why{step}" for j in rng.sample(live, min(5, len(live)))}, c)
         for owner in (None, "a", "b"):
             for states in (None, ["SUCCEEDED", "FAILED"], ["RUNNING"]):
                 assert json.loads(listing.body(states, None, owner)) == afresh(states, owner)

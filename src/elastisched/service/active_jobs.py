@@ -18,9 +18,11 @@ from typing import Any
 
 from elastisched.service.tables import TERMINAL
 
-# the columns of a job the engine loop reads each round (the spec and arguments are read once per job)
+# The columns of a job that change while it is active (what the engine loop reads each round, and what
+# `GET /v1/jobs` shows of an active job beside the columns fixed at submission, service/job_listing.py); its
+# name and submission time besides. A column that changes while a job is active belongs here.
 LIGHT = ("id", "name", "submit_time", "placement", "batch_size", "resize_to", "start_time", "restarts",
-         "cancel_requested", "held", "state", "generation", "retries")
+         "cancel_requested", "held", "state", "generation", "retries", "reason", "message", "end_time")
 
 Change = tuple[str, Mapping[str, Any]]  # (job id, fields written)
 

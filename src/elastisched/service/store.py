@@ -51,7 +51,7 @@ from elastisched.service.tables import (
 __all__ = ["ACTIVE", "TERMINAL", "AmbiguousId", "Store"]
 
 # Connections kept open for reads (API threads, the daemon) and the most opened beside them at a peak.
-POOL_SIZE, POOL_OVERFLOW = 40, 24  # anyio's thread pool runs 40 requests at once
+POOL_SIZE, POOL_OVERFLOW = 16, 48  # anyio's thread pool runs up to 40 requests at once
 
 class AmbiguousId(LookupError):
     """A short job id prefix matches more than one job."""
@@ -309,6 +309,8 @@ class Store(LoanStore):
         """Set the `reason` of many jobs in one statement (executemany)."""
         q = update(jobs).where(jobs.c.id == bindparam("jid")).values(reason=bindparam("why"))
         conn.execute(q, [{"jid": j, "why": w} for j, w in reasons.items()])
+        for j, w in reasons.items():
+            self._stage(conn, j, {"reason": w})
 
     def request_cancel(self, job_id: str) -> None:
         with self.tx() as c:
