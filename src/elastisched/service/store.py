@@ -124,20 +124,19 @@ class Store(LoanStore):
             yield outer
             return
         with self._lock:
+            staged: list[Change] = []
             with self.engine.begin() as conn:
-                self._staged[id(conn)], self._local.conn = [], conn
+                self._staged[id(conn)], self._local.conn = staged, conn
                 try:
                     yield conn
-                except BaseException:
-                    self._staged.pop(id(conn), None)
-                    raise
                 finally:
                     self._local.conn = None
-            self.mirror.apply(self._staged.pop(id(conn), []))  # committed: the mirror follows
+                    del self._staged[id(conn)]
+            self.mirror.apply(staged)  # committed (a failed commit raised above): the mirror follows
 
     def _stage(self, conn: Connection, job_id: str, fields: Mapping[str, Any]) -> None:
         """A write to a job row in `conn`'s transaction, for the mirror of the active jobs once it commits."""
-        self._staged.setdefault(id(conn), []).append((job_id, fields))
+        self._staged[id(conn)].append((job_id, fields))  # a KeyError: a job row written outside `tx`
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
