@@ -52,7 +52,7 @@ from _soak_checks import Procs, finish, is_wrapper, kill_all, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "backends" / "fake_worker.py"
-TOKEN = "crash-soak-token"
+TOKEN = "crash-soak-token-0123456789"
 PAUSE, PAUSE_FILE = "ELASTISCHED_DEBUG_PAUSE_AT", "ELASTISCHED_DEBUG_PAUSE_FILE"
 
 

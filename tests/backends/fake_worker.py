@@ -50,6 +50,7 @@ def main() -> int:
     ap.add_argument("--fail-always", action="store_true")
     ap.add_argument("--teardown-abort", action="store_true")
     ap.add_argument("--hints-every", type=int, default=0, help="rank 0 appends a hints.jsonl line every K steps")
+    ap.add_argument("--note", default="", help="ignored (an argument another user must not be able to read)")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, _on_term)
     ck = Path(os.environ["ELASTISCHED_CHECKPOINT_DIR"])

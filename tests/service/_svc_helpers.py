@@ -18,7 +18,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = str(ROOT / "tests" / "backends" / "fake_worker.py")
 EXAMPLE = str(ROOT / "examples" / "linreg_elastic.py")
-TOKEN = "test-token-123"
+TOKEN = "test-token-0123456789-abcdef"  # the admin token (at least 24 characters)
 T = TypeVar("T")
 
 
@@ -43,11 +43,14 @@ class ServiceProc:
     """`python -m elastisched.service` with a given cluster and policy; restartable on the same database."""
 
     def __init__(self, tmp: Path, *, cluster: str = "2x2:cpu", policy: str = "fifo", grace: float = 10.0,
-                 scripts_dir: str | Path | None = ROOT, extra: tuple[str, ...] = (), token: str | None = TOKEN) -> None:
-        """`scripts_dir=None` starts the service without `--scripts-dir`; `token=None` without a legacy token."""
+                 scripts_dir: str | Path | None = ROOT, extra: tuple[str, ...] = (), token: str | None = TOKEN,
+                 isolation: str = "none") -> None:
+        """`scripts_dir=None` starts the service without `--scripts-dir`; `token=None` without a legacy token.
+        `isolation` none (jobs as the service) unless a test is about per-user accounts (tests/service/
+        test_isolation.py), so that jobs may write into pytest's private tmp_path."""
         self.tmp, self.cluster, self.policy, self.grace = tmp, cluster, policy, grace
         self.scripts_dir = None if scripts_dir is None else str(scripts_dir)
-        self.extra, self.token = extra, token
+        self.extra, self.token = (*extra, "--isolation", isolation), token
         self.db = f"sqlite:///{tmp / 'state.db'}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0

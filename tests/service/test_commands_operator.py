@@ -33,7 +33,8 @@ def _serve(tmp: Path, env_token: str | None) -> tuple[subprocess.Popen[str], lis
     exe = Path(sys.executable).with_name("elastisched")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from elastisched.cli.main import app; app()"]
     proc = subprocess.Popen([*cmd, "serve", "--workdir", str(tmp / "w"), "--port", str(port), "--cluster", "1x1:cpu",
-                             "--scripts-dir", str(ROOT), "--grace", "2"], env=env, stderr=subprocess.PIPE, text=True)
+                             "--scripts-dir", str(ROOT), "--grace", "2",
+                             "--isolation", "none"], env=env, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stderr is not None
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()  # type: ignore[union-attr]

@@ -130,12 +130,14 @@ class Authenticator:
 
 
 # ---------------------------------------------------------------------------------------------- file permissions
-def secure_workdir(workdir: Path) -> Path:
+def secure_workdir(workdir: Path, *, shared: bool = False) -> Path:
     """Create (or tighten) the workdir to 0700 and set the process umask to 077: everything the service creates
-    from now on (database, WAL, logs, checkpoints, token) is private to its user from the first byte."""
+    from now on (database, WAL, logs, checkpoints, token) is private to its user from the first byte. `shared`
+    (jobs run as other accounts): 0711, so a job reaches its own directory by name and lists nothing."""
     os.umask(0o077)
-    workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    workdir.chmod(0o700)
+    mode = 0o711 if shared else 0o700
+    workdir.mkdir(parents=True, exist_ok=True, mode=mode)
+    workdir.chmod(mode)
     return workdir
 
 
