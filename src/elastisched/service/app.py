@@ -25,10 +25,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from elastisched.service.api_models import BodyTooLarge, body_too_large, guard, validation_error
 from elastisched.service.auth import Authenticator
 from elastisched.service.daemon import Service
+from elastisched.service.headers import security_headers
 from elastisched.service.isolation import DEFAULT_MAX_QUEUED
 from elastisched.service.logstream import Follows
 from elastisched.service.routes import cluster, dashboard, jobs, meta
 from elastisched.service.routes.context import ApiContext, http_error
+from elastisched.service.routes.meta import DASHBOARD
 
 
 def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLike[str], *,
@@ -59,6 +61,7 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
     app.add_exception_handler(BodyTooLarge, body_too_large)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_middleware(lambda inner: guard(inner))  # type: ignore[arg-type]
+    app.add_middleware(lambda inner: security_headers(inner, DASHBOARD))  # type: ignore[arg-type]
     for routes in (dashboard, meta, jobs, cluster):
         app.include_router(routes.router)
     return app
