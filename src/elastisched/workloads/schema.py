@@ -190,7 +190,7 @@ def _read_regular(path: Path) -> bytes:
         if st.st_size > MAX_FILE_BYTES:
             raise WorkloadError(p, 0, "file", st.st_size, f"larger than {MAX_FILE_BYTES} bytes")
         try:
-            return f.read(MAX_FILE_BYTES + 1)
+            return f.read()  # its size was checked: read(MAX + 1) would allocate MAX bytes up front
         except OSError as e:
             raise WorkloadError(p, 0, "file", p, f"cannot read: {e.strerror or e}") from None
 
