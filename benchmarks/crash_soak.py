@@ -17,7 +17,8 @@ a small CPU cluster under fifo. Moments, in order (each followed by a restart on
 8. `startup`: right after the restarted service answers its health check (recovery's first rounds).
 The hook can fire inside recovery (a lost generation relaunched at startup): that is a launch window too.
 
-Checked from outside the service: no acknowledged submission is lost (database and API); a sampler reads
+Checked from outside the service: no acknowledged submission is lost (database and API), none is made twice
+(each carries an `Idempotency-Key`, kept across its retries: `duplicate_submissions`); a sampler reads
 `/proc/*/environ` every 50 ms and counts a duplicate when two launch tokens of one job are alive at once
 (confirmed by a second read of both processes) or one generation's rank is spawned twice; after cancelling
 every job still queued, no process carrying this run's workdir in its environment is left (orphans); every
@@ -111,6 +112,7 @@ class Soak:
         self.moments: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.up = threading.Event()  # set while the service answers; the submitters wait on it
+        self.key = os.urandom(4).hex()  # this soak's prefix of the submissions' Idempotency-Keys
 
     def kill(self, name: str, **info: Any) -> None:
         self.up.clear()
@@ -145,7 +147,8 @@ class Soak:
                         if c is not None:
                             c.close()
                         base, c = self.svc.base, self.svc.client()
-                    r = c.post("/v1/jobs", json=body)
+                    # the same key on every attempt: a request committed just before a kill is not made twice
+                    r = c.post("/v1/jobs", json=body, headers={"Idempotency-Key": f"soak-{self.key}-{i}"})
                     if r.status_code != 201:
                         raise RuntimeError(f"submission {i}: HTTP {r.status_code} {r.text[:200]}")
                     with self.lock:

@@ -137,9 +137,16 @@ class Scenario:
         a = self.api("a", "POST", "/v1/jobs", json={
             "script": str(self.scripts / FAKE.name), "name": "a", "args": ["--steps", "120", "--sleep", "0.1",
                                                                           "--note", canary]})
-        ck = self.work / "jobs" / a["id"] / "ckpt" / "progress.json"
-        da = _wait(lambda: (d := self.api("admin", "GET", f"/v1/jobs/{a['id']}"))["state"] == "RUNNING"
-                   and d["generations"][-1]["pids"] and ck.exists() and d, 60, "A running with a checkpoint")
+        aid = a["id"]
+        ck = self.work / "jobs" / aid / "ckpt" / "progress.json"
+        try:
+            da = _wait(lambda: (d := self.api("admin", "GET", f"/v1/jobs/{aid}"))["state"] == "RUNNING"
+                       and d["generations"][-1]["pids"] and ck.exists() and d, 120, "A running with a checkpoint")
+        except AssertionError as e:
+            d, log = self.api("admin", "GET", f"/v1/jobs/{aid}"), self.api("admin", "GET", f"/v1/jobs/{aid}/logs")
+            raise AssertionError(f"{e}: A is {d['state']} ({d['message']}), generations {d['generations']}, "
+                                 f"log {log[-1500:]!r}, service log "
+                                 f"{(self.base / 'service.log').read_text()[-1500:]}") from None
         gen = da["generations"][-1]
         assert self.proc is not None
         b = self.api("b", "POST", "/v1/jobs", json={

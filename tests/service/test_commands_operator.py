@@ -59,7 +59,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 @pytest.mark.parametrize("from_env", [False, True], ids=["token-file", "token-env"])
 def test_serve_prints_the_dashboard_url_with_its_token_and_where_the_token_is(tmp_path: Path, from_env: bool) -> None:
-    proc, out, port = _serve(tmp_path, "env-token-abc" if from_env else None)
+    proc, out, port = _serve(tmp_path, "env-token-abcdefghijklmnopq" if from_env else None)
     try:
         file = (tmp_path / "w" / "token").resolve()
         assert out[0].startswith(f"elastisched serving on http://127.0.0.1:{port} "), out

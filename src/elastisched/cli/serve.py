@@ -59,7 +59,7 @@ def serve(
         if scripts_dir is not None and not scripts_dir.is_dir():  # before the banner: one line, no URL
             raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
         tok = serve_banner(host, port, workdir, policy, cluster, jobs,
-                           None if token_file is None else str(token_file))
+                           None if token_file is None else str(token_file), backend)
         run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, token=tok,
             scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
             profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address,
@@ -70,7 +70,7 @@ def serve(
 
 
 def serve_banner(host: str, port: int, workdir: Path, policy: str, cluster: str, jobs: Any,
-                 token_file: str | None = None) -> str:
+                 token_file: str | None = None, backend: str = "local") -> str:
     """Print where the service listens, the dashboard URL with its token fragment, where the token lives and
     as whom jobs run; return the admin token (resolved here, as `server.build` would, so the URL carries the
     one it uses)."""
@@ -79,7 +79,7 @@ def serve_banner(host: str, port: int, workdir: Path, policy: str, cluster: str,
     from elastisched.service.auth import secure_workdir
     from elastisched.service.server import TOKEN_ENV, resolve_token
 
-    mode = jobs.mode()
+    mode = jobs.mode(backend)
     work = secure_workdir(workdir.resolve(), shared=mode == "users")
     tok, source = resolve_token(None, work, token_file)
     shown = socket.gethostname() if host in ("0.0.0.0", "::", "") else host
@@ -94,12 +94,14 @@ def serve_banner(host: str, port: int, workdir: Path, policy: str, cluster: str,
         here = f"clients run in {work.parent} read it; elsewhere " if work.name == ".elastisched" else ""
         out.append(f"admin token: {work / 'token'} ({here}export {TOKEN_ENV}=$(cat {work / 'token'}))")
     out.append(f"per-user tokens: elastisched token create --user NAME --workdir {work}")
-    out.append(_jobs_line(mode, jobs))
+    out.append(_jobs_line(mode, jobs, backend))
     typer.echo("\n".join(out), err=True)
     return tok
 
 
-def _jobs_line(mode: str, jobs: Any) -> str:
+def _jobs_line(mode: str, jobs: Any, backend: str) -> str:
+    if backend != "local":
+        return f"jobs run as: the account of the {backend} nodes, not each user's (docs/security.md, Ray and Slurm)"
     if mode == "users":
         who = "es-<user>, created at its first launch" if jobs.create_users else "the account of the same name"
         return f"jobs run as: each user's own Unix account ({'--user-map, else ' if jobs.user_map else ''}{who})"

@@ -73,7 +73,7 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           ) -> tuple[FastAPI, Service, str]:
     """The app, its service and the admin token. `jobs`: how jobs are isolated (`service/isolation.py`)."""
     jobs = jobs or JobsConfig()
-    mode = jobs.mode()
+    mode = jobs.mode(backend)
     work = secure_workdir(Path(workdir).resolve(), shared=mode == "users")
     url = secret_inputs.database_url(db, db_file, default_db(work))
     file = sqlite_path(url)
@@ -81,7 +81,9 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
         precreate_private(file)
     if scripts_dir is None:
         scripts_dir = default_scripts_dir(work)
-        scripts_dir.mkdir(exist_ok=True, mode=0o755 if mode == "users" else 0o700)
+        if not scripts_dir.is_dir():  # job accounts read the scripts put there (mode `users`)
+            scripts_dir.mkdir()
+            scripts_dir.chmod(0o755 if mode == "users" else 0o700)
     elif not Path(scripts_dir).is_dir():
         raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
     tok, _source = resolve_token(token, work, token_file)
