@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from elastisched.backends import _jobfiles
 from elastisched.backends.hints import read_hints, write_batch_target
-from elastisched.backends.identity import Account, IdentityError, JobUsers, created_name, read_user_map
+from elastisched.backends.identity import Account, IdentityError, JobUsers, created_name, read_user_map, unreadable
 from elastisched.backends.job_env import JobEnv, parse_job_env, spec_env_problem
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown to another account)")
@@ -115,3 +116,25 @@ def test_a_job_directory_belongs_to_the_service_and_its_parts_to_the_account(tmp
     (old / "ckpt" / "model.pt").write_text("weights")
     _jobfiles.prepare(old, NOBODY)
     assert (old / "ckpt" / "model.pt").stat().st_uid == NOBODY.uid
+
+
+@root_only
+def test_a_script_the_account_cannot_read_is_named_with_the_reason() -> None:
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:  # pytest's own tmp root is 0700
+        os.chmod(tmp, 0o755)
+        _check_readable(Path(tmp))
+
+
+def _check_readable(tmp_path: Path) -> None:
+    open_dir, closed = tmp_path / "open", tmp_path / "closed"
+    for d, mode in ((open_dir, 0o755), (closed, 0o700)):
+        d.mkdir()
+        d.chmod(mode)
+        (d / "s.py").write_text("print(1)")
+        (d / "s.py").chmod(0o644)
+    assert unreadable(open_dir / "s.py", NOBODY) is None
+    assert "closed cannot be searched by job account nobody" in str(unreadable(closed / "s.py", NOBODY))
+    (open_dir / "s.py").chmod(0o600)
+    assert "s.py cannot be read" in str(unreadable(open_dir / "s.py", NOBODY))
+    os.chown(open_dir / "s.py", NOBODY.uid, NOBODY.gid)  # its own file
+    assert unreadable(open_dir / "s.py", NOBODY) is None

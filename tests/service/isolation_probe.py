@@ -87,7 +87,8 @@ class Scenario:
         from elastisched.service.store import Store
 
         self.base.chmod(0o755)  # job accounts must reach their own job directories under it
-        self.scripts.mkdir(mode=0o755)
+        self.scripts.mkdir()
+        self.scripts.chmod(0o755)  # explicitly: an earlier test in this process may have set umask 077
         for f in (FAKE, ATTACKS):
             shutil.copy(f, self.scripts / f.name)
             (self.scripts / f.name).chmod(0o644)

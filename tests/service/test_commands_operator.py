@@ -66,7 +66,7 @@ def test_serve_prints_the_dashboard_url_with_its_token_and_where_the_token_is(tm
         assert out[1].startswith(f"dashboard: http://127.0.0.1:{port}/#token="), out
         tok = out[1].split("#token=", 1)[1]
         if from_env:
-            assert tok == "env-token-abc" and not file.exists()
+            assert tok == "env-token-abcdefghijklmnopq" and not file.exists()
             assert "from $ELASTISCHED_TOKEN" in out[2], out
         else:
             assert tok == file.read_text().strip() and len(tok) >= 20

@@ -32,6 +32,18 @@ def _allowed(name: str) -> bool:
         name in CONTRACT or any(fnmatch.fnmatchcase(name, p) for p in DEFAULT_ALLOW)
 
 
+def _wait_state(sc: Scenario, jid: str) -> dict[str, object]:
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        d = sc.api("b", "GET", f"/v1/jobs/{jid}")
+        if d["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return dict(d)
+        time.sleep(0.2)
+    raise AssertionError(f"job {jid} did not end")
+
+
 @root_only
 def test_a_job_of_user_b_cannot_reach_the_service_or_user_a() -> None:
     assert os.geteuid() == 0, "CI runs as root: this test must run there"
@@ -60,6 +72,14 @@ def test_a_job_of_user_b_cannot_reach_the_service_or_user_a() -> None:
             assert stat.S_IMODE(st.st_mode) == mode, (path, oct(st.st_mode))
             assert (st.st_uid == 0) == owner_is_service, (path, st.st_uid)
         assert not (jd / "ckpt" / "planted.txt").exists()
+        # a script B's account cannot read fails at launch, saying why, without retries
+        private = sc.scripts / "private.py"
+        private.write_text("print('never')\n")
+        private.chmod(0o600)
+        jid = sc.api("b", "POST", "/v1/jobs", json={"script": str(private)})["id"]
+        done = _wait_state(sc, jid)
+        assert done["state"] == "FAILED" and done["retries"] == 0, done
+        assert "private.py cannot be read by job account es-" in done["message"], done["message"]
     finally:
         sc.stop()
         remove_accounts(sc.users)

@@ -157,6 +157,23 @@ def _checked(user: str, name: str, entry: pwd.struct_passwd | None, *, by_name: 
     return Account(name, entry.pw_uid, entry.pw_gid)
 
 
+def unreadable(path: str | os.PathLike[str], acct: Account) -> str | None:
+    """Why `acct` (its uid and primary group only: jobs get no supplementary groups) cannot read the file
+    `path`, by the mode bits along the way (None: it can; ACLs are not consulted)."""
+    p = Path(path)
+    for d, need in [*((a, 0o1) for a in reversed(p.parents)), (p, 0o4)]:
+        try:
+            st = os.stat(d)
+        except OSError as e:
+            return f"{d}: {e.strerror or e}"
+        bits = (st.st_mode >> 6 if st.st_uid == acct.uid else st.st_mode >> 3 if st.st_gid == acct.gid
+                else st.st_mode) & 0o7
+        if not bits & need:
+            what = "cannot be searched" if need == 0o1 else "cannot be read"
+            return f"{d} {what} by job account {acct.name} (uid {acct.uid}; mode {st.st_mode & 0o7777:04o})"
+    return None
+
+
 def probe(python: str, env: Mapping[str, str], reach: Path) -> str | None:
     """Why an account other than the service's cannot run jobs (None: it can): it must execute `python`,
     import the wrapper and the entry point, and reach `reach` (the jobs directory). Run as `nobody`."""

@@ -40,7 +40,7 @@ from elastisched.backends.base import (
     JobStarted,
 )
 from elastisched.backends.hints import read_hints, write_batch_target
-from elastisched.backends.identity import Account, IdentityError, JobUsers
+from elastisched.backends.identity import Account, IdentityError, JobUsers, unreadable
 from elastisched.backends.job_env import JobEnv
 from elastisched.core.enums import GenerationOutcome, GenerationState
 from elastisched.core.events import Action, ActionKind, LaunchSpec
@@ -170,6 +170,9 @@ class LocalBackend(BackendBase):
             if any("\x00" in w for w in (spec.script, *spec.args)):  # as exec would: no NUL in an argument
                 raise ValueError("an argument holds a NUL byte")
             acct = self.users.account(spec.user)
+            why = unreadable(spec.script, acct) if acct is not None else None
+            if why:  # say so now, not in a traceback in the log after every retry
+                raise IdentityError(f"the script {why}")
             _jobfiles.prepare(jd, acct)
             argv = _jobfiles.write_owned(jd / f"g{gen}.argv", json.dumps([spec.script, *spec.args]).encode(), acct)
             world = alloc.gpus

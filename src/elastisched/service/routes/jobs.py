@@ -31,7 +31,7 @@ IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=KEY_PATT
 @router.post("/v1/jobs", status_code=201)
 def submit(req: SubmitRequest, who: User, ctx: Ctx, response: Response, key: IdemKey = None) -> dict[str, Any]:
     service = ctx.service
-    request_digest = digest(req.model_dump(mode="json"))
+    request_digest = digest(req.model_dump(mode="json")) if key is not None else ""
     if key is not None:  # a retry answers with the first request's job, whatever changed since
         earlier = _replayed(ctx, who.user, key, request_digest, response)
         if earlier is not None:
