@@ -32,7 +32,7 @@ import httpx
 from _harness import start_service, stop_service, wait_healthy
 from _load import PollMix, Recorder, final_states, poll, process_times, submit_open_loop, user_tokens
 
-ADMIN = "scale-live-admin-token"
+ADMIN = "scale-live-admin-token-0123456789"
 APPS = ("cifar10", "ncf")
 GPUS = ((1, 0.4), (2, 0.25), (4, 0.2), (8, 0.15))  # requested GPUs and their share of the jobs
 

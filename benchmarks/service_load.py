@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shar
 from _harness import kill_workers, start_service, stop_service, wait_healthy
 from _load import PollMix, Recorder, poll, process_times, user_tokens
 
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789abcdef"
 
 
 def _rss(pid: int) -> dict[str, float]:
