@@ -228,7 +228,9 @@ DYNAMIC = {
 #: optional command groups `cli.main._optional_plugins` loads by name
 PLUGINS = {"elastisched.cli.main": ("elastisched.train.commands", "elastisched.cli.service")}
 BODIES = ("engine", "sim", "service")
-POLICY_API = ("elastisched.policies", "elastisched.policies.base")
+# the policy API a body may use: the protocol and registry, and (issue 24) building a policy from a user's spec
+POLICY_API = ("elastisched.policies", "elastisched.policies.base", "elastisched.policies.plugins",
+              "elastisched.policies.options")
 
 
 def wing_of(module: str, src: Path = SRC, pkg: str = PKG) -> str | None:
@@ -366,3 +368,9 @@ def test_a_flat_policy_imports_no_wing() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "elastisched.policies.fifo" in loaded
     assert [m for m in loaded if wing_of(m)] == []
+    # issue 24: no plug-in machinery (spec parsing, file and module loading, option declarations) either
+    assert {"elastisched.policies.plugins", "elastisched.policies.options"}.isdisjoint(loaded), loaded
+    code = ("import sys; from elastisched.policies.base import make_policy; make_policy('fifo'); "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('importlib.metadata'))))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() \
+        == [], "a built-in name needs no entry-point lookup"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,8 +9,10 @@ import typer
 
 from elastisched import __version__
 from elastisched.cli.common import progress_bars
+from elastisched.cli.policies import register as register_policies
 from elastisched.cli.reproduce import LazyExperimentGroup
 from elastisched.cli.tools import register as register_tools
+from elastisched.core.errors import ConfigError
 
 app = typer.Typer(help="elastisched: elastic scheduling of deep-learning training on shared GPU clusters.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -21,12 +22,25 @@ reproduce_app = typer.Typer(help="Reproduce published results (writes JSON, plot
 app.add_typer(sim_app, name="sim")
 app.add_typer(reproduce_app, name="reproduce")
 register_tools(sim_app, app)
+register_policies(app)
 
 WorkloadOpt = Annotated[str, typer.Option(
     "--workload", "-w", help="pollux:workload-N (bundled), philly[:sample=N,seed=S,days=D], "
     "synthetic:num_jobs=N,rate=R,seed=S, or a path (.csv Pollux/Sia/DeepBoot or raw trace, .trace Gavel).")]
-ClusterOpt = Annotated[str, typer.Option(
-    "--cluster", "-c", help="NODESxGPUS[:TYPE] parts, comma-separated (e.g. 6x4:t4,2x8:a100), or a YAML/JSON file.")]
+ClusterOpt = Annotated[str | None, typer.Option(
+    "--cluster", "-c", show_default=False, help="NODESxGPUS[:TYPE] parts, comma-separated (e.g. 6x4:t4,2x8:a100), "
+    "or a YAML/JSON file [default: 16x4:t4; with --setup sia, Sia's cluster].")]
+PolicyOpt = Annotated[str, typer.Option(
+    "--policy", "-p", metavar="SPEC", help="A policy: a name from `elastisched policies`, path/file.py:Class or "
+    "package.module:Class, optionally with options NAME:key=value,... (`elastisched policies NAME` lists them), "
+    "e.g. gavel:objective=max_sum_throughput,interval=360.")]
+PolicyOptionsOpt = Annotated[str | None, typer.Option(
+    "--policy-options", metavar="FILE.yaml", help="Policy options from a YAML file mapping each policy name to its "
+    "options ({gavel: {interval: 360}}); options in the spec override it.")]
+SetupOpt = Annotated[str | None, typer.Option(
+    "--setup", metavar="STUDY", help="A reproduced study's set-up: `sia` = Sia's cluster, its per-type profiles "
+    "alone (--profiles: the traces folder, default ../shared/peer-data/sia/traces), its restart costs and "
+    "calibration on a Saturn CSV, batch changes in place; `sim run` then matches `reproduce sia`.")]
 ProfilesOpt = Annotated[str | None, typer.Option(
     "--profiles", help="Directory of Sia per-GPU-type traces (e.g. ../shared/peer-data/sia/traces) "
     "adding V100/A100/RTX profiles to the bundled Pollux T4 ones.")]
@@ -51,74 +65,59 @@ def version() -> None:
     typer.echo(__version__)
 
 
-@app.command("policies")
-def policies_cmd(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
-    """List the registered scheduling policies."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from elastisched.policies.base import registered
-
-    pols = registered()
-    if as_json:
-        typer.echo(json.dumps([{"name": n, "description": c.description, "interval": c.interval,  # type: ignore[attr-defined]
-                                "elastic": c.elastic, "knows_length": str(c.knows_length)}  # type: ignore[attr-defined]
-                               for n, c in pols.items()], indent=2))
-        return
-    t = Table("policy", "round", "elastic", "knows of a job's length", "description")
-    for n, c in pols.items():
-        t.add_row(n, f"{c.interval:g} s" if c.interval else "on events", "yes" if c.elastic else "no",  # type: ignore[attr-defined]
-                  str(c.knows_length), c.description)  # type: ignore[attr-defined]
-    Console().print(t)
-
-
 @sim_app.command("run")
-def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name.")],
-            out: SimOutOpt = "results/run", cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0",
-            profiles: ProfilesOpt = None, restart_cost: RestartCostOpt = None,
-            length_estimate: LengthEstimateOpt = "exact") -> None:
+def sim_run(workload: WorkloadOpt, policy: PolicyOpt, out: SimOutOpt = "results/run", cluster: ClusterOpt = None,
+            seed: SimSeedOpt = "0", profiles: ProfilesOpt = None, restart_cost: RestartCostOpt = None,
+            length_estimate: LengthEstimateOpt = "exact", policy_options: PolicyOptionsOpt = None,
+            setup: SetupOpt = None) -> None:
     """Simulate one policy on one workload; writes summary.json, jobs.csv and timeline.csv."""
     from elastisched.cli import options
     from elastisched.report.compare import write_run
     from elastisched.sim.length_estimate import LengthEstimate
-    from elastisched.sim.runner import run_policies, setup
+    from elastisched.sim.runner import run_policies
 
     with options.cli_errors():
-        policy, seed_n = options.policy(policy), options.seed(seed)
-        cost, out_path = options.restart_cost(restart_cost), options.out_dir(out)
+        built = options.policy_specs(policy, policy_options, "--policy")
+        if len(built) != 1:
+            raise ConfigError("--policy", policy[:80], "names several policies; `sim compare` runs several")
+        seed_n, cost, out_path = options.seed(seed), options.restart_cost(restart_cost), options.out_dir(out)
         estimate = LengthEstimate.parse(length_estimate)
-        s = setup(workload, cluster, profiles, cost)
+        s = options.run_setup(workload, cluster, profiles, cost, setup)
         with progress_bars() as bars:
-            res = run_policies(s, [policy], seed_n, bars, length_estimate=estimate)[policy]
+            res = next(iter(run_policies(s, built, seed_n, bars, length_estimate=estimate).values()))
         write_run(out_path, res)
     sm = res.summary
     from elastisched.cli.common import console
 
-    console.print(f"{policy}: {sm['n_finished']}/{sm['n_jobs']} jobs, avg JCT {sm['avg_jct']:.1f} s, "
+    console.print(f"{built[0].label}: {sm['n_finished']}/{sm['n_jobs']} jobs, avg JCT {sm['avg_jct']:.1f} s, "
                   f"avg queue {sm['avg_queue']:.1f} s, utilisation {sm['gpu_utilization']:.1%}, "
                   f"{sm['wall_seconds']:.2f} s wall → {out}", markup=False, highlight=False)
 
 
 @sim_app.command("compare")
 def sim_compare(workload: WorkloadOpt, out: SimOutOpt = "results/compare",
-                policies: Annotated[str, typer.Option("--policies", "-p", help="Comma-separated policy names.")]
+                policies: Annotated[str, typer.Option("--policies", "-p", metavar="SPEC,...", help="Comma-separated "
+                                                      "policy specs (see `sim run --help`), e.g. "
+                                                      "tiresias,gavel:interval=360,~/p/ljf.py:LJF.")]
                 = "fifo,srtf,tiresias,optimus",
-                cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None,
-                length_estimate: LengthEstimateOpt = "exact") -> None:
+                cluster: ClusterOpt = None, seed: SimSeedOpt = "0", profiles: ProfilesOpt = None,
+                length_estimate: LengthEstimateOpt = "exact", policy_options: PolicyOptionsOpt = None,
+                setup: SetupOpt = None) -> None:
     """Simulate several policies on the same workload; writes summary.csv, plots and report.html."""
     from elastisched.cli import options
     from elastisched.report.compare import compare_report, write_files, write_run
     from elastisched.sim.length_estimate import LengthEstimate
-    from elastisched.sim.runner import run_policies, setup
+    from elastisched.sim.runner import run_policies
 
     with options.cli_errors():
-        names, seed_n, out_path = options.policies(policies), options.seed(seed), options.out_dir(out)
-        estimate = LengthEstimate.parse(length_estimate)
-        s = setup(workload, cluster, profiles)
+        built, seed_n = options.policy_specs(policies, policy_options), options.seed(seed)
+        out_path, estimate = options.out_dir(out), LengthEstimate.parse(length_estimate)
+        s = options.run_setup(workload, cluster, profiles, None, setup)
         with progress_bars() as bars:
-            results = run_policies(s, names, seed_n, bars, length_estimate=estimate)
-        config = {"workload": workload, "digest": s.workload.digest, "cluster": cluster, "seed": seed_n,
-                  "policies": names, "length_estimate": str(estimate), "version": __version__}
+            results = run_policies(s, built, seed_n, bars, length_estimate=estimate)
+        config = {"workload": workload, "digest": s.workload.digest, "cluster": s.cluster_spec, "seed": seed_n,
+                  "policies": [b.label for b in built], "policy_options": {b.label: b.options for b in built},
+                  "setup": setup, "length_estimate": str(estimate), "version": __version__}
         files = compare_report(results, f"Policy comparison on {s.workload.name}", config)
         write_files(out_path, files)
         for name, r in results.items():

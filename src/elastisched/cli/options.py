@@ -12,11 +12,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from elastisched.core.errors import ConfigError, ElastischedError
 from elastisched.workloads.schema import RESTART_COST, SEED
+
+if TYPE_CHECKING:
+    from elastisched.policies.plugins import BuiltPolicy
+    from elastisched.sim.runner import RunSetup
 
 
 def seed(text: str) -> int:
@@ -52,17 +57,74 @@ def policy(name: str, option: str = "--policy") -> str:
     return name
 
 
-def policies(text: str) -> list[str]:
-    """Comma-separated registered policy names; unknown or repeated names are refused before any run."""
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise ConfigError("--policies", text[:80], "no policy named; e.g. fifo,tiresias")
-    for n in names:
-        policy(n, "--policies")
-    dupes = sorted({n for n in names if names.count(n) > 1})
+MAX_OPTIONS_FILE = 1 << 20  # bytes
+
+
+def policy_options_file(text: str | None) -> dict[str, dict[str, Any]]:
+    """`--policy-options FILE.yaml`: a mapping of policy name to its options ({gavel: {interval: 360}})."""
+    if text is None:
+        return {}
+    import yaml
+
+    path = Path(text).expanduser()
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_OPTIONS_FILE:
+            raise ConfigError("--policy-options", text, "no such file" if not path.exists() else
+                              f"not a regular file of at most {MAX_OPTIONS_FILE} bytes")
+        data = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
+    except OSError as e:
+        raise ConfigError("--policy-options", text, f"cannot read: {e.strerror or e}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError("--policy-options", text, f"not readable YAML: {str(e).splitlines()[0][:160]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(v, dict) or v is None for v in data.values()):
+        raise ConfigError("--policy-options", text, "must map each policy name to its options, e.g. "
+                          "gavel: {objective: max_sum_throughput, interval: 360}")
+    return {str(k): dict(v or {}) for k, v in data.items()}
+
+
+def policy_specs(text: str, options_file: str | None = None, where: str = "--policies") -> list[BuiltPolicy]:
+    """Comma-separated policy specs (`policies.options.split_specs`), built and checked before anything runs:
+    unknown policies, unknown options, bad values and a file's options for a policy not named are refused."""
+    from elastisched.policies.options import split_specs
+    from elastisched.policies.plugins import build, load_class
+
+    extra = policy_options_file(options_file)
+    specs = split_specs(text, where)
+    names = {load_class(s.ref, where).name for s in specs}
+    for name in extra:
+        if name not in names:
+            raise ConfigError("--policy-options", name, f"names a policy not run here ({', '.join(sorted(names))})")
+    built = [build(s, extra.get(load_class(s.ref, where).name), where) for s in specs]
+    labels = [b.label for b in built]
+    dupes = sorted({n for n in labels if labels.count(n) > 1})
     if dupes:
-        raise ConfigError("--policies", dupes[0], "named more than once")
-    return names
+        raise ConfigError(where, dupes[0], "named more than once")
+    return built
+
+
+def policies(text: str) -> list[str]:
+    """Comma-separated policy specs, checked before any run; each as a spec that builds it again (a sweep's
+    worker process builds its own)."""
+    return [b.spec for b in policy_specs(text)]
+
+
+def run_setup(workload: str, cluster: str | None, profiles: str | None, restart_cost: float | None = None,
+              setup: str | None = None) -> RunSetup:
+    """The models, workload and cluster of a run: the default set-up, or a reproduced study's (`--setup sia`)."""
+    from elastisched.sim.runner import DEFAULT_CLUSTER
+    from elastisched.sim.runner import setup as default_setup
+
+    if setup is None:
+        return default_setup(workload, cluster or DEFAULT_CLUSTER, profiles, restart_cost)
+    if setup != "sia":
+        raise ConfigError("--setup", setup, "unknown set-up; known: sia")
+    if restart_cost is not None:
+        raise ConfigError("--restart-cost", restart_cost, "--setup sia uses Sia's restart cost per application")
+    from elastisched.experiments.sia import run_setup as sia_setup
+
+    return sia_setup(workload, cluster, profiles)
 
 
 def _one_line(text: str) -> str:

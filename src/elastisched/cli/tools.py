@@ -25,7 +25,8 @@ def _register_sweep(sim_app: typer.Typer) -> None:
             "range, e.g. pollux:workload-1..8.")],
         out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (cells.csv, summary.csv, "
                                           "summary.json, avg_jct.png, report.html).")] = Path("results/sweep"),
-        policies: Annotated[str, typer.Option("--policies", "-p", help="Comma-separated policy names.")]
+        policies: Annotated[str, typer.Option("--policies", "-p",
+                                                          help="Comma-separated policy specs (`sim run --help`).")]
         = "fifo,srtf,tiresias,optimus",
         seeds: Annotated[str, typer.Option("--seeds", help="Seeds: 0,1,2 or 0..2.")] = "0,1,2",
         cluster: Annotated[list[str] | None, typer.Option(
@@ -44,6 +45,7 @@ def _register_sweep(sim_app: typer.Typer) -> None:
         cell failed). Results equal serial runs: every cell is a deterministic simulation of its seed.
         """
         from elastisched import __version__
+        from elastisched.cli import options
         from elastisched.cli.common import console
         from elastisched.cli.common import errors as _errors
         from elastisched.report.sweep import write_sweep
@@ -52,7 +54,7 @@ def _register_sweep(sim_app: typer.Typer) -> None:
         with _errors():
             wls = [x for w in workload for x in expand(w)]
             cls = [x for c in (cluster or ["16x4:t4"]) for x in expand(c)]
-            names = [p.strip() for p in policies.split(",") if p.strip()]
+            names = options.policies(policies)
             cells = make_cells(wls, names, parse_seeds(seeds), cls, profiles, length_estimate=length_estimate)
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -84,7 +86,8 @@ def plan_cmd(
                                       "report.html).")] = Path("results/plan"),
     cluster_sizes: Annotated[str, typer.Option(help="Cluster sizes in GPUs, comma-separated.")]
     = "32,48,64,96",
-    policies: Annotated[str, typer.Option("--policies", "-p", help="Comma-separated policy names.")]
+    policies: Annotated[str, typer.Option("--policies", "-p",
+                                                          help="Comma-separated policy specs (`sim run --help`).")]
     = "fifo,tiresias",
     gpu_type: Annotated[str, typer.Option(help="GPU type of every node.")] = "t4",
     gpus_per_node: Annotated[int, typer.Option(min=1, max=64, help="GPUs per node.")] = 4,
@@ -100,6 +103,7 @@ def plan_cmd(
     curve (the point of diminishing returns).
     """
     from elastisched import __version__
+    from elastisched.cli import options
     from elastisched.cli.common import console
     from elastisched.cli.common import errors as _errors
     from elastisched.core.errors import ConfigError
@@ -112,7 +116,7 @@ def plan_cmd(
         except ValueError:
             raise ConfigError("--cluster-sizes", cluster_sizes, "must be integers, e.g. 32,48,64") from None
         sizes = cluster_specs(sorted(set(sizes_list)), gpus_per_node, gpu_type)
-        names = [p.strip() for p in policies.split(",") if p.strip()]
+        names = options.policies(policies)
         cells = make_cells([workload], names, parse_seeds(seeds), list(sizes), profiles)
         plan = analyse(_run_cells(cells, workers, ray_address), sizes, target_p95_queue)
         config = {"workload": workload, "cluster_sizes": list(sizes.values()), "gpu_type": gpu_type,

@@ -42,6 +42,7 @@ from elastisched.models.profiles import load_sia
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, make_policy, registered
 from elastisched.sim import SimConfig, SimResult, simulate
+from elastisched.sim.runner import RunSetup, load_cluster
 from elastisched.workloads.pollux import load_pollux_csv
 from elastisched.workloads.schema import Workload
 
@@ -100,6 +101,22 @@ def run_one(policy: str, workload: Workload, models: PerfModels, seed: int = 0,
     res.summary["cluster_spec"] = SIA_CLUSTER
     res.summary["policy_options"] = dict(opts)
     return res
+
+
+def run_setup(workload: str, cluster: str | None = None, profiles: str | None = None) -> RunSetup:
+    """`sim run/compare --setup sia`: exactly `run_one`'s set-up for a Saturn CSV (Sia's profiles alone, its restart
+    costs and calibration, batch changes in place at no cost), so `sim run` reproduces `reproduce sia`."""
+    traces = Path(profiles) if profiles is not None else default_root() / "traces"
+    if not traces.is_dir():
+        raise ConfigError("--profiles", str(traces), "--setup sia needs Sia's per-type traces "
+                          "(../shared/peer-data/sia/traces)")
+    models = sia_models(traces)
+    path = Path(workload)
+    if path.suffix != ".csv" or not path.is_file():
+        raise ConfigError("--workload", workload, "--setup sia takes a Saturn CSV "
+                          "(../shared/peer-data/sia/workloads/saturn/workload-N.csv)")
+    spec = cluster or SIA_CLUSTER
+    return RunSetup(models, saturn_workload(path, models), load_cluster(spec), spec, {"reconfigure_cost": 0.0})
 
 
 @dataclass(frozen=True)

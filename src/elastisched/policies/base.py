@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -17,6 +17,14 @@ from elastisched.core.enums import LengthKnowledge
 from elastisched.core.errors import UnknownPolicyError
 from elastisched.core.types import ClusterSnapshot, Decision, JobId, JobSpec
 from elastisched.models.registry import PerfModels
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    from elastisched.policies.options import Option
+
+#: the entry-point group an installed package lists its policies under (`name = "package.module:Class"`)
+ENTRY_POINT_GROUP = "elastisched.policies"
 
 
 @dataclass(slots=True)
@@ -67,6 +75,18 @@ class Policy:
     #: what the policy reads about a job's length (`elastisched policies` shows it): nothing, the declared length
     #: (`JobView.declared_work`), or the true remaining work (`JobView.total_work`, an oracle)
     knows_length: ClassVar[LengthKnowledge] = LengthKnowledge.NOTHING
+    #: one line of help per constructor option (`elastisched policies NAME` lists them)
+    option_help: ClassVar[dict[str, str]] = {}
+    #: allowed values of options whose annotation is a plain `str` (a `Literal` alias gives its own)
+    option_choices: ClassVar[dict[str, tuple[Any, ...]]] = {}
+
+    @classmethod
+    def declared_options(cls) -> tuple[Option, ...]:
+        """The options a user may set (`-p NAME:key=value`): the plain-valued keyword parameters of the
+        constructor, with `option_help` and `option_choices` (`policies.options`)."""
+        from elastisched.policies.options import options_from_signature
+
+        return options_from_signature(cls, cls.option_help, cls.option_choices)
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         raise NotImplementedError
@@ -90,6 +110,10 @@ class Policy:
 
 
 _REGISTRY: dict[str, Callable[..., Policy]] = {}
+#: where a registered policy came from when it is not built in: "entry point DIST (VALUE)", a file or a module
+ORIGINS: dict[str, str] = {}
+#: installed entry points that failed to load: name -> the error (`elastisched policies` shows them)
+BROKEN_ENTRY_POINTS: dict[str, str] = {}
 
 
 def register(cls: type[Policy]) -> type[Policy]:
@@ -135,6 +159,34 @@ def _load(name: str) -> None:
         importlib.import_module(f"{pkg.__name__}.{module}")
     if name not in _REGISTRY:
         _load_builtin()
+    if name not in _REGISTRY:
+        _load_entry_point(name)
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_entry_point(name: str, ep: EntryPoint | None = None) -> None:
+    """Register the installed policy `name` (entry-point group `elastisched.policies`); a failure is kept in
+    `BROKEN_ENTRY_POINTS` and shown, not raised, so one broken package does not hide the others."""
+    ep = ep or _entry_points().get(name)
+    if ep is None or name in _REGISTRY:
+        return
+    try:
+        cls = ep.load()
+        if not (isinstance(cls, type) and issubclass(cls, Policy)):
+            raise TypeError(f"{ep.value} is not a subclass of elastisched.policies.base.Policy")
+        if cls.name != name:
+            raise ValueError(f"{ep.value}.name is {cls.name!r}, the entry point names it {name!r}")
+        register(cls)
+    except Exception as e:  # a plug-in's import can raise anything
+        BROKEN_ENTRY_POINTS[name] = f"{type(e).__name__}: {e}"[:300]
+        return
+    dist = getattr(ep, "dist", None)
+    ORIGINS[name] = f"entry point {dist.name if dist else '?'} ({ep.value})"
 
 
 def is_registered(name: str) -> bool:
@@ -144,23 +196,43 @@ def is_registered(name: str) -> bool:
     return name in _REGISTRY
 
 
-def registered() -> dict[str, Callable[..., Policy]]:
+def registered(plugins: bool = True) -> dict[str, Callable[..., Policy]]:
+    """Every built-in policy and (with `plugins`) every installed one (entry points), by name."""
     _load_builtin()
+    if plugins:
+        for name, ep in _entry_points().items():
+            _load_entry_point(name, ep)
     return dict(sorted(_REGISTRY.items()))
+
+
+def policy_class(name: str) -> type[Policy]:
+    """The registered class of policy `name` (built-in or installed)."""
+    _load(name)
+    try:
+        return _REGISTRY[name]  # type: ignore[return-value]
+    except KeyError:
+        raise UnknownPolicyError(f"{name!r}: {unknown_policy_hint(name)}") from None
+
+
+def origin(name: str) -> str:
+    """'built-in', or where a plug-in policy came from."""
+    return ORIGINS.get(name, "built-in")
 
 
 def unknown_policy_hint(name: str) -> str:
     """'did you mean …?' (the closest registered names) and the list of known ones."""
     import difflib
 
-    _load_builtin()
+    registered()
     close = difflib.get_close_matches(name, list(_REGISTRY), n=2, cutoff=0.6)
     guess = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     return f"unknown policy; {guess}known: {', '.join(sorted(_REGISTRY))}"
 
 
 def make_policy(name: str, **options: Any) -> Policy:
-    """Instantiate a registered policy by name; unknown names get a 'did you mean' and the known ones."""
+    """Instantiate a registered policy (built in or installed) by name with Python keyword options as given;
+    unknown names get a 'did you mean' and the known ones. A user's spec (`gavel:objective=las`,
+    `file.py:Class`, `package.module:Class`) goes through `policies.plugins.build`, which checks the options."""
     _load(name)
     try:
         factory = _REGISTRY[name]

@@ -30,7 +30,7 @@ artifact (`sia-simulator/gavel.py`, `policies/`), which produced Sia's Gavel bas
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -159,6 +159,13 @@ class GavelPolicy(Policy):
     interval = 360.0
     elastic = False
     needs_perf_models = True
+
+    option_help: ClassVar[dict[str, str]] = {
+        "interval": "seconds between rounds (Sia's artifact runs Gavel at 360)",
+        "objective": "las: least attained service; max_sum_throughput: the artifact's default policy",
+        "center": "take the analytic centre of the optimal face (as the artifact's interior-point solver); false "
+            "keeps HiGHS's vertex",
+    }
 
     def __init__(self, interval: float = 360.0, objective: Objective = "las", center: bool = True) -> None:
         if objective not in ("las", "max_sum_throughput"):

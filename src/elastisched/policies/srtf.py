@@ -11,6 +11,8 @@ fit the cluster (more GPUs than any type it may use has) is INFEASIBLE.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from elastisched.core.enums import LengthKnowledge
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.models.application import packed_shape
@@ -25,6 +27,11 @@ class SrtfPolicy(Policy):
     needs_perf_models = True
     description = "Shortest remaining time first (preemptive, oracle remaining time from measured profiles)."
     interval = 60.0
+
+    option_help: ClassVar[dict[str, str]] = {
+        "preempt_margin": "a waiting job preempts a running one only if that one's remaining time is this many times "
+            "longer",
+    }
 
     def __init__(self, preempt_margin: float = 2.0) -> None:
         self.preempt_margin = preempt_margin

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from itertools import chain
-from typing import Any
+from typing import Any, ClassVar
 
 from elastisched.core.types import (
     Allocation,
@@ -45,6 +45,11 @@ class TiresiasPolicy(Policy):
     description = "Tiresias 2D-LAS: two priority queues by attained GPU-time, preemptive, skips jobs that don't fit."
     interval = 60.0
     needs_progress = False
+
+    option_help: ClassVar[dict[str, str]] = {
+        "threshold_gpu_seconds": "attained GPU-seconds after which a job drops from the high- to the low-priority "
+            "queue (2D-LAS)",
+    }
 
     def __init__(self, threshold_gpu_seconds: float = 3600.0 * 16) -> None:
         self.threshold = threshold_gpu_seconds

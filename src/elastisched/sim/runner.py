@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ from elastisched.core.errors import ConfigError
 from elastisched.core.nodes import node_set
 from elastisched.core.types import NodeView
 from elastisched.models.registry import PerfModels
-from elastisched.policies.base import make_policy
+from elastisched.policies.plugins import BuiltPolicy, build
 from elastisched.sim import SimConfig, SimResult, simulate
 from elastisched.sim.length_estimate import LengthEstimate
 from elastisched.workloads import Workload, load_workload
@@ -27,6 +27,8 @@ class RunSetup:
     workload: Workload
     nodes: tuple[NodeView, ...]
     cluster_spec: str
+    #: `SimConfig` fields a study's set-up fixes (`--setup sia`: batch changes in place at no cost)
+    sim_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 MAX_CLUSTER_FILE = 1 << 20  # bytes; a cluster file lists node groups, not nodes
@@ -101,19 +103,29 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
     return RunSetup(models, wl, nodes, cluster)
 
 
-def run_policies(s: RunSetup, policies: Sequence[str], seed: int = 0,
+def run_policies(s: RunSetup, policies: Sequence[str | BuiltPolicy], seed: int = 0,
                  progress: Callable[[str], Callable[[float, int, int], None] | None] | None = None,
                  options: dict[str, Any] | None = None, length_estimate: LengthEstimate | None = None
                  ) -> dict[str, SimResult]:
-    """Each policy on the same set-up; `options` become `PolicyContext.options` (data the caller loaded for a
+    """Each policy on the same set-up, keyed by its label (`gavel:objective=las` when options are set).
+    A policy is a spec (`policies.plugins`: a name, `file.py:Class`, `package.module:Class`, with `:key=value`
+    options) or one already built. `options` become `PolicyContext.options` (data the caller loaded for a
     policy, e.g. `{"ones_history": history_table(path)}`: policies do no I/O); `length_estimate`: what jobs
-    declare about their length (`sim.length_estimate`; exact by default)."""
+    declare about their length (`sim.length_estimate`; exact by default). Each summary records the policy's
+    label, spec and every declared option's value."""
+
+    built = [p if isinstance(p, BuiltPolicy) else build(p) for p in policies]
+    labels = [b.label for b in built]
+    for label in labels:
+        if labels.count(label) > 1:
+            raise ConfigError("--policies", label, "named more than once")
     out: dict[str, SimResult] = {}
-    for name in policies:
-        policy = make_policy(name)
-        cb = progress(name) if progress else None
+    for b in built:
+        cb = progress(b.label) if progress else None
         cfg = SimConfig(seed=seed, progress=cb, options=dict(options or {}),
-                        length_estimate=length_estimate or LengthEstimate())
-        out[name] = simulate(s.workload, policy, s.nodes, s.models, cfg)
-        out[name].summary["cluster_spec"] = s.cluster_spec
+                        length_estimate=length_estimate or LengthEstimate(), **s.sim_overrides)
+        res = simulate(s.workload, b.policy, s.nodes, s.models, cfg)
+        res.summary.update(cluster_spec=s.cluster_spec, policy_spec=b.label, policy_options=b.options,
+                           **({"setup_overrides": dict(s.sim_overrides)} if s.sim_overrides else {}))
+        out[b.label] = res
     return out

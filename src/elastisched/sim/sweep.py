@@ -106,7 +106,7 @@ def run_cell(cell: Cell) -> CellResult:
 
         s = _setup(cell.workload, cell.cluster, cell.profiles, cell.restart_cost)
         estimate = LengthEstimate.parse(cell.length_estimate)
-        res = run_policies(s, [cell.policy], cell.seed, length_estimate=estimate)[cell.policy]
+        res = next(iter(run_policies(s, [cell.policy], cell.seed, length_estimate=estimate).values()))
         sm = {k: v for k, v in res.summary.items() if isinstance(v, int | float | str) and not isinstance(v, bool)}
         sm["gpu_hours"] = float(res.jobs["gpu_seconds"].sum()) / 3600.0 if len(res.jobs) else 0.0
         return CellResult(cell, sm)

@@ -22,7 +22,7 @@ Readings of each step are in the docstring of its module; docs/elastisched.md ha
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from elastisched.core.enums import LengthKnowledge
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, NodeId, NodeView, PendingReason
@@ -46,6 +46,22 @@ class ElastischedPolicy(Policy):
     elastic = True
     batch_in_place = True
     knows_length = LengthKnowledge.DECLARED
+
+    option_help: ClassVar[dict[str, str]] = {
+        "preempt": "a waiting job preempts only jobs with this many times its remaining time (≥ 1)",
+        "min_run": "seconds a started job runs before it may be preempted",
+        "value": "rank: heSRPT rank weights; rate: completion rate (Lyra's)",
+        "rank_power": "power of the heSRPT rank weights",
+        "restart_penalty": "a running job's change pays this many restart costs on its time",
+        "launch_penalty": "a waiting job's start pays this many restart costs",
+        "horizon": "a change keeps 1 - restart cost / horizon of its value",
+        "sia_discount": "also weigh a change by Sia's restart factor",
+        "pin": "a job (re)started less than pin x restart cost seconds ago stays on its GPU type",
+        "loan_horizon": "seconds ahead the loan forecast looks when closing servers expected back",
+    }
+    option_choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "value": VALUES,
+    }
 
     def __init__(self, preempt: float = 2.0, min_run: float = 1200.0, value: str = "rank",
                  rank_power: float = 2.0, restart_penalty: float = 4.0, launch_penalty: float = 0.0,

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from elastisched.core.enums import LengthKnowledge
 from elastisched.core.types import (
@@ -98,6 +98,24 @@ class JabasPolicy(Policy):
     interval = 60.0
     elastic = True
     needs_progress = True
+
+    option_help: ClassVar[dict[str, str]] = {
+        "objective": "what the auto-scaler minimises: time, or GPU cost",
+        "similarity_target": "gradient similarity target γ of the batch rule",
+        "adjust_interval": "steps between batch adjustments",
+        "max_candidates": "candidate server sets the auto-scaler prices",
+        "move_horizon": "epochs over which a move must pay for its restart",
+        "adaptive": "adapt the global batch (else the job's own)",
+        "autoscale": "epoch-level auto-scaling of the GPUs",
+        "grow_idle": "give idle GPUs to running jobs",
+        "order": "queue order of waiting jobs",
+        "scale_to": "how far a job may grow: its request or the cap",
+        "share_factor": "how much larger than its request a job may grow (≥ 1)",
+    }
+    option_choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "order": ("submit", "las", "srpt"),
+        "scale_to": ("request", "cap"),
+    }
 
     def __init__(self, objective: Objective = "time", similarity_target: float = 0.1, adjust_interval: int = 100,
                  max_candidates: int = 256, move_horizon: int = 1, adaptive: bool = True,

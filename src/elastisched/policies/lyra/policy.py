@@ -81,7 +81,7 @@ Readings (written down as the design asks):
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -122,6 +122,30 @@ class LyraPolicy(Policy):
     interval = 60.0
     elastic = True
     needs_progress = True
+
+    option_help: ClassVar[dict[str, str]] = {
+        "reclaim": "how loaned servers are chosen for return",
+        "elastic_scaling": "give elastic jobs extra GPUs (the knapsack phase)",
+        "solver": "the knapsack's solver",
+        "exact_budget": "table cells the exact knapsack may use before the greedy one",
+        "rescale_penalty": "weight of a rescale's restart in a job's value",
+        "check_mckp": "check the knapsack against the exact solution (slow; for tests)",
+        "periodic": "also run rounds every interval, not only on events",
+        "compare_reclaim": "log every reclaim method's choice beside the one used",
+        "milp_max_servers": "loaned servers beyond which the MILP reclaim falls back to greedy",
+        "value": "the knapsack's value: JCT saved or rate gained",
+        "colocate": "keep a job's extra GPUs on its own servers where they fit",
+        "preempt": "a waiting job preempts only jobs this many times longer",
+        "scale_all": "how jobs the workload does not mark elastic scale",
+        "batch": "the global batch of a scaled job: fixed, or per worker",
+    }
+    option_choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "reclaim": METHODS,
+        "solver": ("auto", "dp", "greedy"),
+        "value": VALUES,
+        "scale_all": SCALE_ALL,
+        "batch": BATCH_RULES,
+    }
 
     def __init__(self, reclaim: str = "greedy", elastic_scaling: bool = True, solver: str = "auto",
                  exact_budget: int = 4_000_000, rescale_penalty: float = 1.0, check_mckp: bool = False,

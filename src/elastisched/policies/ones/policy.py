@@ -19,7 +19,7 @@ predicted by a model that saw it, or a `history_table`) arrives as `history=` or
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,7 +40,11 @@ from elastisched.policies.ones.limits import caps as limit_caps
 from elastisched.policies.ones.online_throughput import OnlineThroughput
 from elastisched.policies.ones.ops import job_batch
 from elastisched.policies.ones.presets import PRESETS, build
+from elastisched.policies.ones.presets import declared_options as ones_declared_options
 from elastisched.policies.ones.progress_predictor import BetaProgressPredictor, HistoryTable
+
+if TYPE_CHECKING:
+    from elastisched.policies.options import Option
 
 EMPTY = ops.EMPTY
 HISTORY_OPTION = "ones_history"  # context option carrying the predictor's bootstrap table (loaded by the caller)
@@ -61,6 +65,10 @@ class OnesPolicy(Policy):
     interval = 5.0
     elastic = True
     needs_progress = True
+
+    @classmethod
+    def declared_options(cls) -> tuple[Option, ...]:
+        return ones_declared_options()
 
     def __init__(self, preset: str = "tuned", history: HistoryTable | FoldedHistory | None = None,
                  **options: Any) -> None:

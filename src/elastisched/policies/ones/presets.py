@@ -27,10 +27,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elastisched.core.errors import ConfigError
 from elastisched.policies.ones.options import OnesOptions
+
+if TYPE_CHECKING:
+    from elastisched.policies.options import Option
 
 #: overrides of `OnesOptions`' defaults per preset ("faithful" is the defaults)
 PRESETS: dict[str, dict[str, Any]] = {
@@ -48,3 +51,21 @@ def build(preset: str, **overrides: Any) -> OnesOptions:
     if preset not in PRESETS:
         raise ConfigError("preset", preset, f"unknown; known: {', '.join(PRESETS)}")
     return OnesOptions.of(PRESETS[preset], overrides)
+
+
+def declared_options() -> tuple[Option, ...]:
+    """`preset`, then every `OnesOptions` field with its value under the default preset ("tuned"), typed as the
+    field is, with its allowed values (`options.CHOICES`): what `-p ones:key=value` may set."""
+    from dataclasses import fields
+
+    from elastisched.policies.ones.options import CHOICES
+    from elastisched.policies.options import SIMPLE, Option
+
+    tuned = build("tuned").as_dict()
+    out = [Option("preset", str, "tuned", "overrides applied before the options given here", tuple(PRESETS))]
+    for f in fields(OnesOptions):
+        parts = [p.strip() for p in str(f.type).split("|")]
+        kind = SIMPLE[next(p for p in parts if p != "None")]
+        out.append(Option(f.name, kind, tuned[f.name], "docs/ones.md \"Presets\" (ones/options.py)",
+                          CHOICES.get(f.name, ()), "None" in parts))
+    return tuple(out)

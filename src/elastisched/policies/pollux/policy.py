@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -75,6 +75,15 @@ class PolluxPolicy(Policy):
     interval = 60.0
     elastic = True
     batch_in_place = True
+
+    option_help: ClassVar[dict[str, str]] = {
+        "pop_size": "individuals of the genetic search",
+        "generations": "generations per round",
+        "max_nodes": "servers one job may span",
+        "patience": "stop a round's search after this many generations without improvement (none: always all "
+            "generations)",
+        "unaware": "heterogeneity-unaware, as Sia's artifact runs Pollux",
+    }
 
     def __init__(self, pop_size: int = 100, generations: int = 100, max_nodes: int = 16,
                  patience: int | None = PATIENCE, unaware: bool = False) -> None:

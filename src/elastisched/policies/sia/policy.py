@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -95,6 +95,15 @@ class SiaPolicy(Policy):
                    "configurations × GPU types chosen by a MILP (p-norm, p = -0.5) every 60 s.")
     interval = 60.0
     elastic = True
+
+    option_help: ClassVar[dict[str, str]] = {
+        "p": "p of the p-norm of speed-ups the MILP maximises (non-zero)",
+        "lambda_a": "accepted and, as in the artifact, unused by the objective",
+        "lambda_n": "λ_n: the MILP's price of each job left without GPUs",
+        "max_gpus": "most GPUs one job may get",
+        "mip_rel_gap": "relative gap at which the MILP stops",
+        "retune_batch": "re-choose a running job's batch every round without a restart",
+    }
 
     def __init__(self, p: float = -0.5, lambda_a: float = 0.01, lambda_n: float = 1.1, max_gpus: int = 64,
                  mip_rel_gap: float = 1e-4, retune_batch: bool = False) -> None:
