@@ -8,10 +8,10 @@ import inspect
 import json
 from pathlib import Path
 
-import peer_data
 import pytest
 from typer.testing import CliRunner
 
+import peer_data
 from elastisched.cli.main import app
 from elastisched.core.errors import ConfigError
 from elastisched.policies.base import registered

@@ -37,7 +37,12 @@ def job_spec(job_id: str, name: str, submit_time: float, s: dict[str, Any], resi
 
 
 def policy_named(name: str) -> Policy:
-    """A registered policy; a policy module not yet imported by `elastisched.policies` is imported by name."""
+    """A registered policy; a policy module not yet imported by `elastisched.policies` is imported by name; a
+    spec with options or a plug-in's (`gavel:interval=120`, `file.py:Class`) is built by `policies.plugins`."""
+    if ":" in name:
+        from elastisched.policies.plugins import build
+
+        return build(name).policy
     try:
         return make_policy(name)
     except UnknownPolicyError:
