@@ -29,7 +29,8 @@ RULES: dict[str, tuple[str, ...]] = {
 }
 #: registry discovery, not a dependency: on first use a registry imports its own package so that every built-in
 #: plugin registers itself (a lazy import inside a function; `experiments.base` does the same via pkgutil)
-DISCOVERY = {("elastisched.policies.base", "elastisched.policies")}
+DISCOVERY = {("elastisched.policies.base", "elastisched.policies"),
+             ("elastisched", "elastisched.api")}  # `elastisched.simulate` etc.: a name looked up on first use
 #: allowed exceptions to RULES: the workloads *schema* (types, not a loader) may be used by loaning
 ALLOWED = {"loaning": ("workloads.schema",)}
 

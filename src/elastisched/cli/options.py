@@ -85,23 +85,11 @@ def policy_options_file(text: str | None) -> dict[str, dict[str, Any]]:
 
 
 def policy_specs(text: str, options_file: str | None = None, where: str = "--policies") -> list[BuiltPolicy]:
-    """Comma-separated policy specs (`policies.options.split_specs`), built and checked before anything runs:
-    unknown policies, unknown options, bad values and a file's options for a policy not named are refused."""
-    from elastisched.policies.options import split_specs
-    from elastisched.policies.plugins import build, load_class
+    """Comma-separated policy specs with a `--policy-options` file's options (`api.build_policies`), built and
+    checked before anything runs."""
+    from elastisched.api import build_policies
 
-    extra = policy_options_file(options_file)
-    specs = split_specs(text, where)
-    names = {load_class(s.ref, where).name for s in specs}
-    for name in extra:
-        if name not in names:
-            raise ConfigError("--policy-options", name, f"names a policy not run here ({', '.join(sorted(names))})")
-    built = [build(s, extra.get(load_class(s.ref, where).name), where) for s in specs]
-    labels = [b.label for b in built]
-    dupes = sorted({n for n in labels if labels.count(n) > 1})
-    if dupes:
-        raise ConfigError(where, dupes[0], "named more than once")
-    return built
+    return build_policies([text], policy_options_file(options_file), where, "--policy-options")
 
 
 def policies(text: str) -> list[str]:
@@ -112,19 +100,9 @@ def policies(text: str) -> list[str]:
 
 def run_setup(workload: str, cluster: str | None, profiles: str | None, restart_cost: float | None = None,
               setup: str | None = None) -> RunSetup:
-    """The models, workload and cluster of a run: the default set-up, or a reproduced study's (`--setup sia`)."""
-    from elastisched.sim.runner import DEFAULT_CLUSTER
-    from elastisched.sim.runner import setup as default_setup
+    from elastisched.api import run_setup as api_setup
 
-    if setup is None:
-        return default_setup(workload, cluster or DEFAULT_CLUSTER, profiles, restart_cost)
-    if setup != "sia":
-        raise ConfigError("--setup", setup, "unknown set-up; known: sia")
-    if restart_cost is not None:
-        raise ConfigError("--restart-cost", restart_cost, "--setup sia uses Sia's restart cost per application")
-    from elastisched.experiments.sia import run_setup as sia_setup
-
-    return sia_setup(workload, cluster, profiles)
+    return api_setup(workload, cluster, profiles, restart_cost, setup)
 
 
 def _one_line(text: str) -> str:
