@@ -24,8 +24,9 @@ def submit(
     gpus: str = typer.Option("1", "--gpus", help="N, or MIN:MAX for an elastic job"),
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", min=1, help="global batch size"),
     adaptive: str = typer.Option(None, "--adaptive", help="adaptive global batch MIN:MAX"),
-    gpu_type: str = typer.Option(None, "--gpu-type"),
-    name: str = typer.Option(None, "--name"),
+    gpu_type: str = typer.Option(None, "--gpu-type", help="run only on this GPU type (a type of the cluster, "
+                                 "e.g. t4; default any)"),
+    name: str = typer.Option(None, "--name", help="a name shown by ls and the dashboard (default: the script's)"),
     duration: float = typer.Option(None, "--duration", help="runtime estimate (s) for SJF-style policies"),
     application: str = typer.Option(None, "--application", help="profiled model name (e.g. cifar10)"),
     work_scale: float = typer.Option(None, "--work-scale", min=0.0, help="job length as a multiple of "
@@ -73,11 +74,45 @@ def ls(state: str = typer.Option(None, "--state", "-s", help="e.g. RUNNING,PENDI
     jobs = call(server, token, "GET", "/v1/jobs", params={"state": state} if state else None)
     if as_json:
         return dump(jobs)
+    types = _node_types(server, token) if any(j["placement"] for j in jobs) else {}
     table(["ID", "NAME", "STATE", "GPUS", "TYPE", "BATCH", "GEN", "RESTARTS", "AGE", "REASON"],
-          [[j["id"], j["name"], j["state"], f"{j['gpus']}/{j['min_gpus']}-{j['max_gpus']}", j["gpu_type"],
-            j["batch_size"], j["generation"], j["restarts"], age(j["submit_time"]),
-            j["reason"] if j["state"] in WAITING else None] for j in jobs])
+          [[j["id"], j["name"], j["state"], f"{j['gpus']}/{j['min_gpus']}-{j['max_gpus']}", _type_of(j, types),
+            j["batch_size"], j["generation"], j["restarts"], age(j["submit_time"]), _reason_of(j)] for j in jobs])
     return None
+
+
+def _node_types(server: str | None, token: str | None) -> dict[str, str]:
+    return {n["node"]: n["gpu_type"] for n in call(server, token, "GET", "/v1/nodes")}
+
+
+def _type_of(job: dict[str, Any], node_types: dict[str, str]) -> str:
+    """The GPU type a job runs on (its nodes'), else the one it asked for, else `any`."""
+    if job["placement"]:
+        return "+".join(sorted({node_types.get(n, "?") for n, _ in job["placement"]}))
+    return job["gpu_type"] or "any"
+
+
+def _reason_of(job: dict[str, Any]) -> str | None:
+    """Why a job waits (its pending reason), or why it failed (the first line of its message)."""
+    if job["state"] in WAITING:
+        return job["reason"]
+    if job["state"] == "FAILED" and job.get("message"):
+        line = str(job["message"]).splitlines()[0]
+        return line if len(line) <= 80 else line[:77] + "..."
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A field as a person reads it: `-` for nothing, `node:gpus` pairs, `k=v` for mappings, words for lists."""
+    if value is None or value == "" or value == [] or value == {}:
+        return "-"
+    if isinstance(value, list) and all(isinstance(p, list | tuple) and len(p) == 2 for p in value):
+        return ", ".join(f"{n}:{g}" for n, g in value)
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_shown(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return " ".join(_shown(v) for v in value)
+    return str(value)
 
 
 def describe(job: str, as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt) -> None:
@@ -90,14 +125,14 @@ def describe(job: str, as_json: bool = JsonOpt, server: str = ServerOpt, token: 
         waits = k == "reason" and d["state"] in WAITING
         from elastisched.service.reasons import describe_reason
 
-        typer.echo(f"{k + ':':12} {describe_reason(d[k]) if waits else d[k]}")
+        typer.echo(f"{k + ':':12} {describe_reason(d[k]) if waits else _shown(d[k])}")
     typer.echo("\ngenerations:")
     table(["GEN", "CAUSE", "PLACEMENT", "OUTCOME", "EXIT", "STARTED"],
-          [[g["generation"], g["cause"], g["placement"], g["outcome"] or g["state"], g["exit_codes"],
+          [[g["generation"], g["cause"], _shown(g["placement"]), g["outcome"] or g["state"], _shown(g["exit_codes"]),
             age(g["started_at"])] for g in d["generations"]])
     typer.echo("\nevents:")
     for e in d["events"]:
-        typer.echo(f"  {time.strftime('%H:%M:%S', time.localtime(e['time']))} {e['kind']} {e['data'] or ''}")
+        typer.echo(f"  {time.strftime('%H:%M:%S', time.localtime(e['time']))} {e['kind']} {_shown(e['data'])}")
     return None
 
 

@@ -198,13 +198,14 @@ def _register_describe(trace_app: typer.Typer) -> None:
         from elastisched.models.registry import PerfModels
         from elastisched.report import html
         from elastisched.report.compare import write_files
-        from elastisched.sim.runner import load_cluster
+        from elastisched.sim.runner import check_gpu_types, load_cluster
         from elastisched.workloads import load_workload
         from elastisched.workloads.describe import describe, figure, public, summary_rows
 
         with _errors():
             models = PerfModels.load(profiles)
             nodes = load_cluster(cluster)
+            check_gpu_types(nodes, models, cluster)
             wl = load_workload(workload, models)
             d = describe(wl, models, nodes)
             png = figure(d)

@@ -21,6 +21,9 @@ TOKEN_ENV = "ELASTISCHED_TOKEN"
 TOKEN_FILE = Path(".elastisched") / "token"
 
 
+NOT_RUNNING = "is the service running? start it with `elastisched serve`, or name another with --server"
+
+
 def resolve(token: str | None) -> tuple[str, str]:
     """(token to send, where it came from: '--token', '$ELASTISCHED_TOKEN', 'the file …', or '' for none)."""
     if token:
@@ -96,13 +99,14 @@ def call(server: str | None, token: str | None, method: str, path: str, *, retry
                 break
             except httpx.TransportError as e:
                 if delay is None:
-                    typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e or type(e).__name__}", err=True)
+                    typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e or type(e).__name__} "
+                               f"({NOT_RUNNING})", err=True)
                     raise typer.Exit(3) from None
                 typer.echo(f"warning: {type(e).__name__} talking to {server or DEFAULT_SERVER}; retrying in "
                            f"{delay:g} s (attempt {attempt + 1} of {len(RETRY_DELAYS_S) + 1})", err=True)
                 time.sleep(delay)
             except httpx.HTTPError as e:
-                typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e}", err=True)
+                typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e} ({NOT_RUNNING})", err=True)
                 raise typer.Exit(3) from None
     if r.status_code >= 400:
         try:

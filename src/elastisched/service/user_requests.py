@@ -43,6 +43,7 @@ def _cancels(svc: Service, rows: list[dict[str, Any]]) -> None:
                 svc.backend.cancel(row["id"])
                 handle(svc, svc.backend.poll())
             svc.store.update_job(row["id"], state="CANCELLED", placement=[], end_time=time.time(), reason=None)
+            svc.store.add_event(row["id"], "cancelled", {"by": "user request", "was_running": bool(row["placement"])})
             svc.forget(row["id"])
 
 

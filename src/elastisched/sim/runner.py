@@ -79,6 +79,28 @@ def _bad_constant(spec: str, c: str) -> None:
     raise ConfigError("--cluster", spec, f"{c} is not a valid number in a cluster file")
 
 
+SIA_TRACES_HINT = "../shared/peer-data/sia/traces"
+
+
+def check_gpu_types(nodes: tuple[NodeView, ...], models: PerfModels, spec: str) -> None:
+    """Every GPU type of the cluster is one a profile covers: a typo (`h900`) is named with the known types; a
+    known type without its profile loaded names the `--profiles` folder that adds it."""
+    import difflib
+
+    from elastisched.models.profiles import POLLUX_GPU_TYPE, SIA_GPU_TYPES
+
+    known = sorted({POLLUX_GPU_TYPE, *SIA_GPU_TYPES.values()})
+    loaded = {t for app in models.apps.values() for t in app.gpu_types}
+    for t in sorted({n.gpu_type for n in nodes}):
+        if t not in known and t not in loaded:
+            close = difflib.get_close_matches(t, known, n=1, cutoff=0.6)
+            guess = f"did you mean {close[0]!r}? " if close else ""
+            raise ConfigError("--cluster", spec, f"unknown GPU type {t!r}; {guess}known: {', '.join(known)}")
+        if t not in loaded:
+            raise ConfigError("--cluster", spec, f"GPU type {t!r} has no profile loaded; pass --profiles "
+                              f"{SIA_TRACES_HINT} (Sia's per-type traces)")
+
+
 def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = None,
           restart_cost: float | None = None) -> RunSetup:
     if restart_cost is not None:
@@ -88,13 +110,14 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
             raise ConfigError("--restart-cost", restart_cost, str(e)) from None
     models = PerfModels.load(profiles, restart_cost=restart_cost)
     nodes = load_cluster(cluster)
+    check_gpu_types(nodes, models, cluster)
     wl = load_workload(workload, models)
     types = set(node_set(nodes).capacity)
     for app in {j.application for j in wl.jobs}:
         missing = types - set(models.app(app).gpu_types)
         if missing:
             raise ConfigError("--cluster", cluster, f"application {app!r} has no profile for GPU type(s) "
-                              f"{sorted(missing)}; pass --profiles with Sia's per-type traces")
+                              f"{sorted(missing)}; pass --profiles {SIA_TRACES_HINT} (Sia's per-type traces)")
     # Build every throughput model the runs will ask for now, so that no policy's `wall_seconds` carries this
     # one-off cost (it went to whichever policy ran first).
     for app in sorted({j.application for j in wl.jobs}):

@@ -246,7 +246,8 @@ class ElasticContext:
             path = self.save_checkpoint()
             if path is not None:  # rank 0 says what happened, so a stopped job's log is not silent
                 print(f"elastisched: stop requested (SIGTERM); checkpoint at step {self.step}, epoch "
-                      f"{self.epoch} written to {path}; exiting to be relaunched", file=sys.stderr, flush=True)
+                      f"{self.epoch} written to {path}; exiting (the scheduler relaunches the job from it unless the "
+                      "job was cancelled)", file=sys.stderr, flush=True)
             self.barrier()
             self._note("checkpointed")
             self.exit()

@@ -98,7 +98,9 @@ def script_path(script: str, allowed: Path) -> Path:
     shown = str(path) if len(str(path)) <= 300 else str(path)[:300] + "..."
     if not inside:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"script: {shown!r} is outside the allowed "
-                                                       f"directory {str(allowed)!r}")
+                                                       f"directory {str(allowed)!r} (the service's --scripts-dir: "
+                                                       "start `elastisched serve --scripts-dir DIR` with a "
+                                                       "folder that holds it)")
     if not regular:
         raise unprocessable(f"script: {shown!r} is not a regular file")
     return path
