@@ -157,7 +157,7 @@ def run_setup(workload: str, cluster: str | None = None, profiles: str | None = 
     from elastisched.sim.runner import setup as default_setup
 
     if setup is None:
-        return default_setup(workload, cluster or DEFAULT_CLUSTER, profiles, restart_cost)
+        return default_setup(workload, DEFAULT_CLUSTER if cluster is None else cluster, profiles, restart_cost)
     if setup != "sia":
         raise ConfigError("--setup", setup, "unknown set-up; known: sia")
     if restart_cost is not None:

@@ -90,6 +90,19 @@ def errors() -> Iterator[None]:
 
 
 @contextmanager
+def stage(text: str) -> Iterator[None]:
+    """A spinner with `text` on a terminal while a step without its own progress runs (loading a large trace,
+    building models, writing the report), so a long command never sits silent; nothing elsewhere."""
+    console = _console()
+    if not (console.is_terminal or sys.stderr.isatty()):
+        yield
+        return
+    with console.status(text):
+        yield
+    console.print(f"{text} done", markup=False, highlight=False)
+
+
+@contextmanager
 def progress_bars() -> Iterator[Callable[[str], Callable[[float, int, int], None]]]:
     """A factory of per-task progress callbacks (sim time, finished jobs, total jobs), one bar per task.
 

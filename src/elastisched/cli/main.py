@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from elastisched import __version__
-from elastisched.cli.common import progress_bars
+from elastisched.cli.common import progress_bars, stage
 from elastisched.cli.policies import register as register_policies
 from elastisched.cli.reproduce import LazyExperimentGroup
 from elastisched.cli.tools import register as register_tools
@@ -82,7 +82,8 @@ def sim_run(workload: WorkloadOpt, policy: PolicyOpt, out: SimOutOpt = "results/
             raise ConfigError("--policy", policy[:80], "names several policies; `sim compare` runs several")
         seed_n, cost, out_path = options.seed(seed), options.restart_cost(restart_cost), options.out_dir(out)
         estimate = LengthEstimate.parse(length_estimate)
-        s = options.run_setup(workload, cluster, profiles, cost, setup)
+        with stage(f"loading {workload[:60]} and the performance models"):
+            s = options.run_setup(workload, cluster, profiles, cost, setup)
         with progress_bars() as bars:
             res = next(iter(run_policies(s, built, seed_n, bars, length_estimate=estimate).values()))
         write_run(out_path, res)
@@ -112,16 +113,18 @@ def sim_compare(workload: WorkloadOpt, out: SimOutOpt = "results/compare",
     with options.cli_errors():
         built, seed_n = options.policy_specs(policies, policy_options), options.seed(seed)
         out_path, estimate = options.out_dir(out), LengthEstimate.parse(length_estimate)
-        s = options.run_setup(workload, cluster, profiles, None, setup)
+        with stage(f"loading {workload[:60]} and the performance models"):
+            s = options.run_setup(workload, cluster, profiles, None, setup)
         with progress_bars() as bars:
             results = run_policies(s, built, seed_n, bars, length_estimate=estimate)
         config = {"workload": workload, "digest": s.workload.digest, "cluster": s.cluster_spec, "seed": seed_n,
                   "policies": [b.label for b in built], "policy_options": {b.label: b.options for b in built},
                   "setup": setup, "length_estimate": str(estimate), "version": __version__}
-        files = compare_report(results, f"Policy comparison on {s.workload.name}", config)
-        write_files(out_path, files)
-        for name, r in results.items():
-            write_run(out_path / name, r)
+        with stage(f"writing the report ({len(results)} policies: plots, tables, jobs.csv)"):
+            files = compare_report(results, f"Policy comparison on {s.workload.name}", config)
+            write_files(out_path, files)
+            for name, r in results.items():
+                write_run(out_path / name, r)
     from rich.console import Console
     from rich.table import Table
 

@@ -107,8 +107,8 @@ def plan_cmd(
     from elastisched.cli.common import console
     from elastisched.cli.common import errors as _errors
     from elastisched.core.errors import ConfigError
-    from elastisched.sim.plan import analyse, cluster_specs
-    from elastisched.sim.sweep import make_cells, parse_seeds
+    from elastisched.sim.plan import analyse, cluster_specs, never_fit, never_fit_note
+    from elastisched.sim.sweep import _setup, make_cells, parse_seeds
 
     with _errors():
         try:
@@ -118,11 +118,15 @@ def plan_cmd(
         sizes = cluster_specs(sorted(set(sizes_list)), gpus_per_node, gpu_type)
         names = options.policies(policies)
         cells = make_cells([workload], names, parse_seeds(seeds), list(sizes), profiles)
+        jobs = _setup(workload, next(iter(sizes)), profiles, None).workload.jobs
+        note = never_fit_note(never_fit(jobs, sizes), jobs)
+        if note:
+            console.print(f"warning: {note}", markup=False, highlight=False)
         plan = analyse(_run_cells(cells, workers, ray_address), sizes, target_p95_queue)
         config = {"workload": workload, "cluster_sizes": list(sizes.values()), "gpu_type": gpu_type,
                   "gpus_per_node": gpus_per_node, "policies": names, "seeds": parse_seeds(seeds),
                   "target_p95_queue_s": target_p95_queue, "version": __version__}
-        _write_plan(out, plan, config, workload, target_p95_queue)
+        _write_plan(out, plan, config, workload, target_p95_queue, note)
     for pol, p in plan.items():
         need = (f"{p['needed_gpus']} GPUs meet" if p["needed_gpus"] else "none of the sizes tried meets")
         console.print(f"{pol}: {need} p95 queue ≤ {target_p95_queue:g} s; knee of the JCT curve at "
@@ -144,9 +148,10 @@ def _run_cells(cells: list[Any], workers: int, ray_address: str | None) -> list[
 
 
 def _write_plan(out: Path, plan: dict[str, Any], config: dict[str, Any], workload: str,
-                target_p95_queue: float) -> None:
+                target_p95_queue: float, note: str = "") -> None:
     """plan.csv, plan.png, plan.json and report.html (the verdict, the curves, one row per size)."""
     import json
+    from html import escape
 
     from elastisched.report import html
     from elastisched.report.compare import write_files
@@ -165,7 +170,8 @@ def _write_plan(out: Path, plan: dict[str, Any], config: dict[str, Any], workloa
                for pol, p in plan.items()]
     verdict = "; ".join(f"{a['policy']}: {a['GPUs needed for the target']}" for a in answers)
     sections = [("Verdict", f"<p>GPUs needed for a p95 queueing delay ≤ {target_p95_queue / 3600:g} h — "
-                            f"{verdict}.</p>" + html.table(answers, list(answers[0]))),
+                            f"{verdict}.</p>" + (f"<p><b>Warning:</b> {escape(note)}</p>" if note else "")
+                            + html.table(answers, list(answers[0]))),
                 ("Curves", html.img(png, title)),
                 ("Per size", html.table([{"policy": r["policy"], "GPUs": r["gpus"],
                                           "p95 queue (h)": round(r["p95_queue_h"], 2),

@@ -115,7 +115,7 @@ def run_setup(workload: str, cluster: str | None = None, profiles: str | None = 
     if path.suffix != ".csv" or not path.is_file():
         raise ConfigError("--workload", workload, "--setup sia takes a Saturn CSV "
                           "(../shared/peer-data/sia/workloads/saturn/workload-N.csv)")
-    spec = cluster or SIA_CLUSTER
+    spec = SIA_CLUSTER if cluster is None else cluster
     return RunSetup(models, saturn_workload(path, models), load_cluster(spec), spec, {"reconfigure_cost": 0.0})
 
 

@@ -43,6 +43,32 @@ def decomposition_rows(results: Mapping[str, SimResult]) -> list[dict[str, Any]]
     return out
 
 
+#: what each figure of the report means, on the page (the longer version: docs/seeds.md)
+DEFINITIONS: dict[str, str] = {
+    "avg JCT": "job completion time, submission to end, averaged over the jobs that finished",
+    "avg queue": "seconds from submission to the job's first start only (waits after a preemption are not in it; "
+                 "they are in `queued`)",
+    "queued": "every second a job spent without GPUs: before its first start and after each preemption "
+              "(jct - run time); so queued >= avg queue",
+    "restarting": "seconds holding GPUs inside a restart or resize window (no progress)",
+    "running": "seconds making progress; running = best + loss_gpus + loss_batch",
+    "best": "the job's whole work at its best achievable goodput (any GPU count up to its cap, any spread over "
+            "servers, any profiled batch) on an empty cluster: a lower bound for that job alone",
+    "loss_gpus": "running - best - loss_batch: time lost to the GPU count and placement the job got",
+    "loss_batch": "time lost to the batch size: running minus the same progress at the best batch on the very "
+                  "GPUs the job had",
+    "GPU utilisation": "busy GPU-hours / available GPU-hours over the makespan",
+}
+
+
+def definitions() -> str:
+    """The report's terms, defined where they are read."""
+    from html import escape
+
+    items = "".join(f"<dt><b>{escape(k)}</b></dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS.items())
+    return f"<dl>{items}</dl><p>jct = queued + restarting + running (per job; the tables show means).</p>"
+
+
 def write_atomic(path: Path, data: bytes | str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data.encode() if isinstance(data, str) else data)
@@ -73,7 +99,8 @@ def compare_report(results: Mapping[str, SimResult], title: str, config: Mapping
                 ("JCT decomposition", html.unit_table(DECOMP_COLUMNS, decomposition_rows(results))),
                 ("GPU-hours by use", html.unit_table(GPU_HOURS_COLUMNS, decomposition_rows(results))),
                 ("Job completion time", html.img(cdf, "JCT CDF")),
-                ("Utilisation", html.img(util, "utilisation timeline"))]
+                ("Utilisation", html.img(util, "utilisation timeline")),
+                ("Definitions", definitions())]
     sections.insert(0, ("Verdict", overview(results)))
     sections += extra_sections or []
     return {"summary.csv": summary.to_csv(index=False), "jct_cdf.png": cdf, "utilization.png": util,

@@ -30,6 +30,8 @@ def _fmt(v: Any, metric: str) -> str:
         return "–" if isinstance(v, float) else str(v)
     if metric == "gpu_utilization":
         return f"{100 * v:.1f}"
+    if metric in ("restarts", "n_finished") and v.is_integer():
+        return f"{v:,.0f}"  # counts: a whole mean is shown whole
     return f"{v:,.2f}" if metric == "wall_seconds" else f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}"
 
 
@@ -50,6 +52,8 @@ def _table(rows: Sequence[Mapping[str, Any]], multi_cluster: bool) -> str:
         for m in TABLE_METRICS:
             ci = r[f"{m}_ci95"]
             sub = f"<br><small>± {_fmt(ci, m)}</small>" if isinstance(ci, float) and math.isfinite(ci) else ""
+            if r.get("seed_invariant"):
+                sub = "<br><small>same every seed</small>"
             cells.append(f"<td>{_fmt(r[m], m)}{sub}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
@@ -93,6 +97,32 @@ def jct_plot(rows: Sequence[Mapping[str, Any]], metric: str = "avg_jct") -> byte
     return buf.getvalue()
 
 
+def verdict(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Per workload (and cluster): the policy with the lowest mean average JCT and how much longer the others
+    take; which policies gave the same run for every seed (their interval is no measure of spread)."""
+    from html import escape
+
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if math.isfinite(r["avg_jct"]):
+            groups.setdefault((r["workload"], r["cluster"]), []).append(r)
+    multi = len({c for _, c in groups}) > 1
+    lines = []
+    for (wl, cl), rs in groups.items():
+        best = min(rs, key=lambda r: r["avg_jct"])
+        others = "; ".join(f"{escape(r['policy'])} {r['avg_jct'] / best['avg_jct']:.2f}× longer"
+                           for r in rs if r is not best)
+        where = escape(wl) + (f" on {escape(cl)}" if multi else "")
+        lines.append(f"<b>{escape(best['policy'])}</b> has the lowest average JCT on {where}, "
+                     f"{best['avg_jct']:,.0f} s over {best['seeds']} seed(s)" + (f" ({others})" if others else "")
+                     + ".")
+    fixed = sorted({r["policy"] for r in rows if r.get("seed_invariant")})
+    if fixed:
+        lines.append(f"{escape(', '.join(fixed))} gave the same run for every seed (deterministic policy and "
+                     "workload: the seed changes nothing, so no interval is shown for them).")
+    return "".join(f"<p>{x}</p>" for x in lines)
+
+
 def sweep_files(results: Sequence[CellResult], config: Mapping[str, Any]) -> dict[str, bytes | str]:
     """Every output of a sweep, by file name (nothing written yet)."""
     rows = aggregate(results)
@@ -100,7 +130,7 @@ def sweep_files(results: Sequence[CellResult], config: Mapping[str, Any]) -> dic
     failed = [c for c in cells if c["status"] != "ok"]
     tbl = _table(rows, multi_cluster=len({r["cluster"] for r in rows}) > 1)
     files: dict[str, bytes | str] = {"cells.csv": _csv(cells), "summary.csv": _csv(rows)}
-    sections = [("Verdict", f"<p>{len(cells) - len(failed)} of {len(cells)} cells finished"
+    sections = [("Verdict", verdict(rows) + f"<p>{len(cells) - len(failed)} of {len(cells)} cells finished"
                  + (f"; <b>{len(failed)} failed</b> (listed below)" if failed else "") + ".</p>"),
                 ("Summary (mean ± 95 % interval over seeds)", f"<div style='overflow-x:auto'>{tbl}</div>")]
     if any(math.isfinite(r["avg_jct"]) for r in rows):

@@ -31,6 +31,24 @@ def cluster_specs(sizes: Sequence[int], gpus_per_node: int, gpu_type: str) -> di
     return out
 
 
+def never_fit(jobs: Sequence[Any], sizes: Mapping[str, int]) -> dict[int, list[str]]:
+    """Per cluster size (GPUs): the jobs that ask for more GPUs than it has (an elastic job: its fewest). They
+    never run there, so that size's p95 queue, JCT and GPU-hours cover the other jobs only."""
+    out: dict[int, list[str]] = {}
+    for gpus in sorted(set(sizes.values())):
+        big = [j.job_id for j in jobs if (j.min_gpus if j.elastic else j.num_gpus) > gpus]
+        if big:
+            out[gpus] = big
+    return out
+
+
+def never_fit_note(unfit: Mapping[int, list[str]], jobs: Sequence[Any]) -> str:
+    """One sentence per size with jobs that cannot fit (empty when every job fits every size)."""
+    need = {j.job_id: (j.min_gpus if j.elastic else j.num_gpus) for j in jobs}
+    return " ".join(f"At {g} GPUs, {len(ids)} job(s) can never run (they ask for up to {max(need[i] for i in ids)} "
+                    f"GPUs, e.g. {ids[0]}): its figures cover the other jobs only." for g, ids in unfit.items())
+
+
 def knee(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     """Kneedle on a decreasing curve: the x farthest below the chord of the normalised points."""
     pts = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y)]

@@ -195,7 +195,7 @@ def aggregate(results: Iterable[CellResult]) -> list[dict[str, Any]]:
     for (pol, wl, cl), rs in groups.items():
         ok = [r.summary for r in rs if r.summary is not None]
         row: dict[str, Any] = {"policy": pol, "workload": wl, "cluster": cl, "seeds": len(ok),
-                               "failed": len(rs) - len(ok)}
+                               "failed": len(rs) - len(ok), "seed_invariant": seed_invariant(ok)}
         for m in METRICS:
             xs = [float(s[m]) for s in ok if m in s and math.isfinite(float(s[m]))]
             mean = sum(xs) / len(xs) if xs else math.nan
@@ -207,6 +207,15 @@ def aggregate(results: Iterable[CellResult]) -> list[dict[str, Any]]:
             row[m], row[f"{m}_ci95"] = mean, half
         rows.append(row)
     return rows
+
+
+def seed_invariant(summaries: Sequence[dict[str, Any]]) -> bool:
+    """Whether several seeds gave the very same run (every figure but the wall time): the policy and the
+    workload ignore the seed, so its interval says nothing."""
+    def key(s: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(s.get(m) for m in METRICS if m != "wall_seconds")
+
+    return len(summaries) > 1 and len({key(s) for s in summaries}) == 1
 
 
 def cell_rows(results: Iterable[CellResult]) -> list[dict[str, Any]]:
