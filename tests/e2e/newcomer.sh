@@ -57,7 +57,13 @@ for block in re.findall(r"```bash\n(.*?)```", text.split("## Using it", 1)[1].sp
 PY
 [ "$(wc -l < live.txt)" -ge 4 ] || { echo "the README's (live) lines are missing"; cat live.txt; exit 1; }
 server_pid=""
-stop_server() { [ -n "$server_pid" ] && kill -INT -- "-$server_pid" 2>/dev/null; sleep 2; [ -n "$server_pid" ] && kill -KILL -- "-$server_pid" 2>/dev/null; true; }
+stop_server() {  # the server's whole session (serve and its jobs); SIGINT first, then whatever is left
+  if [ -n "$server_pid" ]; then
+    kill -INT -- "-$server_pid" 2>/dev/null || true
+    sleep 2
+    kill -KILL -- "-$server_pid" 2>/dev/null || true
+  fi
+}
 trap 'stop_server; rm -rf "$work"' EXIT
 while IFS= read -r c; do
   echo "==> newcomer (live): $c"

@@ -26,7 +26,7 @@ def submit(
     adaptive: str = typer.Option(None, "--adaptive", help="adaptive global batch MIN:MAX"),
     gpu_type: str = typer.Option(None, "--gpu-type", help="run only on this GPU type (a type of the cluster, "
                                  "e.g. t4; default any)"),
-    name: str = typer.Option(None, "--name", help="a name shown by ls and the dashboard (default: the script's)"),
+    name: str = typer.Option(None, "--name", help="a name shown by ls and the dashboard (default: the job's id)"),
     duration: float = typer.Option(None, "--duration", help="runtime estimate (s) for SJF-style policies"),
     application: str = typer.Option(None, "--application", help="profiled model name (e.g. cifar10)"),
     work_scale: float = typer.Option(None, "--work-scale", min=0.0, help="job length as a multiple of "
