@@ -70,7 +70,7 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           follow_idle_s: float = 300.0, backend: str = "local",
           ray_address: str | None = None, policy_interval: float | None = None,
           jobs: JobsConfig | None = None, db_file: str | None = None, token_file: str | None = None,
-          ) -> tuple[FastAPI, Service, str]:
+          slurm: Any = None) -> tuple[FastAPI, Service, str]:
     """The app, its service and the admin token. `jobs`: how jobs are isolated (`service/isolation.py`)."""
     jobs = jobs or JobsConfig()
     mode = jobs.mode(backend)
@@ -90,7 +90,7 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
     if policy_interval is not None and not (policy_interval > 0 and policy_interval < float("inf")):
         raise ConfigError("--policy-interval", str(policy_interval), "must be a positive number of seconds")
     store = Store(url)
-    runner, nodes = _backend(backend, work, cluster, python, grace_s, ray_address, jobs, mode)
+    runner, nodes = _backend(backend, work, cluster, python, grace_s, ray_address, jobs, mode, slurm)
     service = Service(store, nodes, runner, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
                       policy_interval=policy_interval,
                       profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
@@ -100,10 +100,14 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
 
 
 def _backend(backend: str, work: Path, cluster: str, python: str, grace_s: float, ray_address: str | None,
-             jobs: JobsConfig, mode: str) -> tuple[Any, tuple[NodeView, ...]]:
-    """The backend and its nodes: local processes (run as each user's account in mode `users`) or Ray."""
-    if backend not in ("local", "ray"):
-        raise ConfigError("--backend", backend, "must be local or ray")
+             jobs: JobsConfig, mode: str, slurm: Any = None) -> tuple[Any, tuple[NodeView, ...]]:
+    """The backend and its nodes: local processes (run as each user's account in mode `users`), Ray or Slurm."""
+    if backend not in ("local", "ray", "slurm"):
+        raise ConfigError("--backend", backend, "must be local, ray or slurm")
+    if backend == "slurm":  # the inventory comes from Slurm (--cluster is not used)
+        from elastisched.backends._slurm_setup import slurm_backend
+
+        return slurm_backend(work, jobs.python or python, grace_s, jobs, mode, slurm)
     if backend == "ray":  # the inventory comes from the Ray cluster; --cluster is not used
         from elastisched.backends.ray import RayBackend
 
