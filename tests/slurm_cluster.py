@@ -81,6 +81,8 @@ def _teardown(root: Path, tag: str) -> None:
             _kill(pids)
             time.sleep(0.1)
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+    for d in Path("/etc/netns").glob(f"{tag}n*"):
+        shutil.rmtree(d, ignore_errors=True)
     for pf in root.glob("*.pid"):
         with contextlib.suppress(ValueError, OSError):
             _kill([int(pf.read_text().split()[0])])
@@ -235,6 +237,18 @@ def _network(c: SlurmCluster) -> None:
         _run("ip", "-n", ns, "addr", "add", f"{c.addr(name)}/24", "dev", peer)
         _run("ip", "-n", ns, "link", "set", peer, "up")
         _run("ip", "-n", ns, "route", "add", "default", "via", f"{c.subnet}.1")
+        _names(c, ns)
+
+
+def _names(c: SlurmCluster, ns: str) -> None:
+    """`ip netns exec` mounts /etc/netns/NS/* over /etc: the nodes' names resolve from a hosts file and no DNS
+    server is asked (torch's store looks up every peer's name; an unreachable server costs seconds each)."""
+    d = Path("/etc/netns") / ns
+    d.mkdir(parents=True, exist_ok=True)
+    hosts = ["127.0.0.1 localhost", f"{c.subnet}.1 {socket.gethostname()}",
+             *(f"{c.addr(n)} {n}" for n, *_ in c.nodes)]
+    (d / "hosts").write_text("\n".join(hosts) + "\n")
+    (d / "resolv.conf").write_text("# no DNS inside the test cluster\noptions timeout:1 attempts:1\n")
 
 
 def _munge(c: SlurmCluster) -> None:

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 from elastisched.core.types import NodeView, Pool
 
-#: states (scontrol's, upper case, `+`-joined) in which a node cannot run work: its jobs are lost
-DEAD = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "FUTURE"})
+#: states (scontrol's, `+`-joined) in which a node cannot run work: its jobs are lost. NOT_RESPONDING alone is not
+#: one (a slow slurmd on a loaded host): Slurm itself ends jobs only once it sets the node DOWN
+DEAD = frozenset({"DOWN", "FAIL", "FAILING", "POWERED_DOWN", "POWERING_DOWN", "FUTURE"})
 #: squeue states of a job that still holds (or will hold) its nodes
 LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
                   "SIGNALING", "STAGE_OUT", "STOPPED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})

@@ -5,7 +5,9 @@
 - `philly` / `philly:sample=N,seed=S,days=D` — the bundled 82k-job Philly trace (see `traces.py`);
 - `synthetic:num_jobs=N,rate=R,seed=S`;
 - a path: `.csv` with a `name` column (Pollux/Sia/DeepBoot), `.csv[.gz]` with `duration,num_gpus`
-  (raw trace), `.trace`/`.tsv` (Gavel/Shockwave).
+  (raw trace), `.trace`/`.tsv` (Gavel/Shockwave), `sacct --parsable2` output (found by its `JobID|...` header);
+- `sacct:FILE[?ended=all|completed,map=a100:t4+h100:t4,default_type=t4]` — a Slurm accounting log with options
+  (`sacct.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from elastisched.core.errors import ConfigError
+from elastisched.workloads._sacct_rows import is_sacct_header
 from elastisched.workloads.pollux import load_pollux_csv
 from elastisched.workloads.schema import (
     DAYS,
@@ -84,6 +87,10 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
         return synthetic(models, num_jobs=NUM_JOBS.option("synthetic:num_jobs", o.get("num_jobs", "100")),
                          rate_per_hour=RATE.option("synthetic:rate", o.get("rate", "20")),
                          seed=SEED.option("synthetic:seed", o.get("seed", "0")))
+    sacct_opts: dict[str, str] | None = None
+    if kind == "sacct" and rest:  # sacct:FILE[?ended=completed,map=a100:t4+h100:t4,default_type=t4]
+        spec, _, query = rest.partition("?")
+        sacct_opts = _opts("sacct", query, ("ended", "map", "default_type")) if query else {}
     path = Path(spec)
     try:
         if "\0" in spec or not spec.strip():
@@ -99,11 +106,20 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
         raise ConfigError("--workload", spec, "is a directory; expected a trace file")
     if not regular:  # a FIFO, socket or device: reading it could block for ever
         raise ConfigError("--workload", spec, "is not a regular file (a FIFO, socket or device); expected a trace file")
+    if kind == "sacct" or sacct_opts is not None:
+        from elastisched.workloads.sacct import SacctOptions, load_sacct
+
+        return load_sacct(path, models, SacctOptions.parse(sacct_opts or {}))
     if path.suffix in (".trace", ".tsv"):
         from elastisched.workloads.gavel import load_gavel_tsv
 
         return load_gavel_tsv(path, models)
-    header, _ = csv_rows(str(path), read_text(path))
+    text = read_text(path)
+    if is_sacct_header(text.split("\n", 1)[0]):  # `sacct --parsable2` output (workloads/sacct.py)
+        from elastisched.workloads.sacct import load_sacct
+
+        return load_sacct(path, models)
+    header, _ = csv_rows(str(path), text)
     if "name" in header:
         return load_pollux_csv(path, models.apps)
     if "duration" in header and "num_gpus" in header:
