@@ -306,6 +306,7 @@ def _write_conf(c: SlurmCluster, dbd_port: int | None) -> None:
     r = c.root
     acct = (["AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageHost=127.0.0.1",
              f"AccountingStoragePort={dbd_port}", f"AccountingStoragePass={r / 'munge.sock'}",
+             "AccountingStorageTRES=gres/gpu,gres/gpu:t4",
              "JobAcctGatherType=jobacct_gather/linux",
              "JobAcctGatherFrequency=30"] if dbd_port else ["AccountingStorageType=accounting_storage/none"])
     lines = [

@@ -74,8 +74,10 @@ def load_sacct(path: str | Path, models: PerfModels, opts: SacctOptions | None =
     keep = [r for r in runs if r.gpus > 0 and r.start is not None and r.end is not None and r.end > r.start
             and (opts.ended == "all" or r.state == "COMPLETED")]
     if not keep:
+        why = "" if any(r.gpus for r in runs) else (" and no row has gres/gpu in its TRES (the cluster's "
+                                                   "AccountingStorageTRES must list gres/gpu; docs/slurm.md)")
         raise WorkloadError(p, 1, "rows", len(runs), f"no GPU job that ran (of {len(runs)} jobs; ended="
-                            f"{opts.ended}): pending, running and CPU-only jobs are left out")
+                            f"{opts.ended}): pending, running and CPU-only jobs are left out{why}")
     t0 = min(r.submit for r in keep)
     profiled = {t for a in models.apps for t in models.app(a).gpu_types}
     cache: dict[tuple[str, str, int], float] = {}
