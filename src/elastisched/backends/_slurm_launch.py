@@ -92,17 +92,23 @@ def sbatch_args(job_id: str, spec: LaunchSpec, comps: Sequence[Sequence[str]], j
     return out
 
 
-def batch_script(python: str, launch_file: Path, world_components: int) -> str:
+#: what the interpreter needs before `_slurm_rank` sets a rank's environment (the job runs with --export=NONE)
+BOOT_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")
+
+
+def batch_script(python: str, launch_file: Path, world_components: int, boot: dict[str, str]) -> str:
     groups = f" --het-group=0-{world_components - 1}" if world_components > 1 else ""
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(boot.items()))
     return ("#!/bin/sh\n# elastisched generation: one srun over every component; each task becomes a rank\n"
-            f"exec srun --export=ALL --kill-on-bad-exit=0{groups} {shlex.quote(python)} -m "
+            f"{exports}exec srun --export=ALL --kill-on-bad-exit=0{groups} {shlex.quote(python)} -m "
             f"elastisched.backends._slurm_rank {shlex.quote(str(launch_file))}\n")
 
 
 def write_launch(job_id: str, alloc: Allocation, spec: LaunchSpec, jd: Path, nodes: Mapping[str, SlurmNode],
-                 python: str, env: JobEnv, acct: Account | None) -> Path:
+                 python: str, env: JobEnv, acct: Account | None) -> tuple[Path, dict[str, str]]:
     """The launch file the ranks read (`_slurm_rank`): per rank its environment, log and exit file; the job's
-    directory is prepared for `acct` and the rank logs created as its files (the service reads them)."""
+    directory is prepared for `acct` and the rank logs created as its files (the service reads them). Returns
+    the file and the variables the interpreter needs to start (`BOOT_ENV`)."""
     gen = spec.generation
     _jobfiles.prepare(jd, acct)
     argv = _jobfiles.write_owned(jd / f"g{gen}.argv", json.dumps([spec.script, *spec.args]).encode(), acct)
@@ -123,4 +129,5 @@ def write_launch(job_id: str, alloc: Allocation, spec: LaunchSpec, jd: Path, nod
     doc = {"python": python, "argv": str(argv), "cwd": str(jd / "home"), "ranks": ranks,
            "port_file": str(jd / "run" / f"g{gen}.port"),
            "port_keys": sorted(k for k in ranks[0]["env"] if k.endswith("MASTER_PORT"))}
-    return _jobfiles.write_owned(jd / f"g{gen}.launch.json", json.dumps(doc).encode(), acct)
+    boot = {k: v for k, v in ranks[0]["env"].items() if k in BOOT_ENV}
+    return _jobfiles.write_owned(jd / f"g{gen}.launch.json", json.dumps(doc).encode(), acct), boot

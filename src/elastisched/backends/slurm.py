@@ -221,9 +221,9 @@ class SlurmBackend(BackendBase):
                 raise IdentityError(f"the script {why}")
             nodes = {n.name: n for n in self._nodes}
             comps = components(alloc, nodes, self.opts)
-            launch = write_launch(job_id, alloc, spec, jd, nodes, self.python, self.env, acct)
+            launch, boot = write_launch(job_id, alloc, spec, jd, nodes, self.python, self.env, acct)
             g.slurm_id = self.cli.submit(sbatch_args(job_id, spec, comps, jd, acct),
-                                         batch_script(self.python, launch, len(comps)))
+                                         batch_script(self.python, launch, len(comps), boot))
         except (OSError, ValueError, RuntimeError, IdentityError) as e:
             why = f"launch of generation {gen} failed: {type(e).__name__}: {e}"[:1000]
             return GenerationEnded(time.time(), job_id, gen, GenerationOutcome.LAUNCH_FAILED, reason=why)
