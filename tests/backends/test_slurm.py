@@ -53,8 +53,8 @@ def slurm_service(slurm_cluster: Any, tmp_path: Path) -> Iterator[Callable[..., 
         shared = shared or tmp_path / "shared"
         shared.mkdir(exist_ok=True)
         s = ServiceProc(tmp_path, cluster="1x1:cpu", extra=(
-            "--backend", "slurm", "--slurm-partition", "train", "--slurm-loan-partition", "loan",
-            "--slurm-shared", str(shared), *extra), env={"SLURM_CONF": str(slurm_cluster.conf)}, **kw)
+            "--backend", "slurm", "--slurm", "partition=train", "--slurm", "loan-partition=loan",
+            "--slurm", f"shared={shared}", *extra), env={"SLURM_CONF": str(slurm_cluster.conf)}, **kw)
         made.append(s)
         return s
 

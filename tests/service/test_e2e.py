@@ -86,8 +86,8 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     if backend == "slurm":  # a real Slurm (tests/slurm_cluster.py): n1 t4×2 + n2 t4×1 train, n3 t4×2 loanable
         slurm = request.getfixturevalue("slurm_cluster")
         (tmp_path / "shared").mkdir()
-        extra = ("--backend", "slurm", "--slurm-partition", "train", "--slurm-loan-partition", "loan",
-                 "--slurm-shared", str(tmp_path / "shared"))
+        extra = ("--backend", "slurm", "--slurm", "partition=train", "--slurm", "loan-partition=loan",
+                 "--slurm", f"shared={tmp_path / 'shared'}")
         env = {"SLURM_CONF": str(slurm.conf)}
     modelled = policy in MODELLED
     if modelled:

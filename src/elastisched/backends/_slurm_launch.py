@@ -31,7 +31,7 @@ NAME_PREFIX = "es-"
 
 @dataclass(frozen=True)
 class SlurmOptions:
-    """`serve --slurm-*`: where jobs run and what every node sees."""
+    """`serve --slurm KEY=VALUE`: where jobs run and what every node sees."""
 
     partition: str | None = None  # training nodes (None: every partition's GPU nodes but the loan one)
     loan_partition: str | None = None  # the inference servers a loan may name
@@ -39,6 +39,29 @@ class SlurmOptions:
     shared: str | None = None  # the path every node sees (job dirs: checkpoints, logs, exit files)
     extra: tuple[str, ...] = ()  # more sbatch options for every component (--time, --qos, --mem-per-gpu...)
     cpus_per_gpu: int = 1
+
+    @staticmethod
+    def parse(items: Sequence[str]) -> SlurmOptions:
+        """`--slurm KEY=VALUE` words; a ValueError names the bad one."""
+        keys = {"partition": "partition", "loan-partition": "loan_partition", "account": "account",
+                "shared": "shared", "cpus-per-gpu": "cpus_per_gpu"}
+        out: dict[str, object] = {}
+        extra: list[str] = []
+        for item in items:
+            k, eq, v = item.partition("=")
+            if not eq or not v.strip():
+                raise ValueError(f"{item!r} is not KEY=VALUE (keys: {', '.join([*keys, 'arg'])})")
+            if k == "arg":
+                extra.append(v)
+            elif k not in keys:
+                raise ValueError(f"unknown key {k!r} (keys: {', '.join([*keys, 'arg'])})")
+            elif k == "cpus-per-gpu":
+                if not v.isdigit() or not 1 <= int(v) <= 1024:
+                    raise ValueError(f"cpus-per-gpu={v!r} must be a whole number from 1 to 1024")
+                out[keys[k]] = int(v)
+            else:
+                out[keys[k]] = v
+        return SlurmOptions(**out, extra=tuple(extra))  # type: ignore[arg-type]
 
 
 @dataclass

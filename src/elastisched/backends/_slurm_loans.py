@@ -1,6 +1,6 @@
 """Loaned servers on Slurm: a server that goes back to inference is drained, and resumed once empty.
 
-While a loanable node (one of `--slurm-loan-partition`) is on loan, elastisched's jobs run on it. When the loan
+While a loanable node (one of `--slurm loan-partition=`) is on loan, elastisched's jobs run on it. When the loan
 ends (a reclaim returned it, or the offer lapsed) the backend drains it (`scontrol update State=DRAIN`, reason
 `elastisched: loan returned`), so no generation submitted in the meantime can land there, and once none of
 elastisched's jobs is left on it, resumes it (`State=RESUME`): the node is back with the partition's other

@@ -3,13 +3,13 @@
 
 Issue 25 part 1; DESIGN.md "Backends". As `local.py` and `ray.py`:
 - Inventory: the nodes `scontrol show node` lists with a typed GPU GRES (`gpu:t4:2`); training nodes are those
-  of `--slurm-partition` (default: every GPU node outside the loan partition), loanable servers those of
-  `--slurm-loan-partition`. A node that goes DOWN (or stops responding) leaves the inventory, one that comes
+  of `--slurm partition=` (default: every GPU node outside the loan partition), loanable servers those of
+  `--slurm loan-partition=`. A node that goes DOWN (or stops responding) leaves the inventory, one that comes
   back joins it: a `NodesChanged` event at the next poll.
 - Launch: one (heterogeneous) Slurm job named `es-<launch token>` pinned to the placement (`_slurm_launch`),
   rank 0's node address as the rendezvous, Slurm's task ids as ranks (`_slurm_rank`). Jobs run as the user's
   account in isolation mode `users` (`sbatch --uid`, the service running as root). The job's directory (logs,
-  exit files, checkpoints, hints) is on `--slurm-shared`, the path every node sees.
+  exit files, checkpoints, hints) is on `--slurm shared=`, the path every node sees.
 - Resize / suspend / cancel: `scancel --signal=TERM` to the ranks → they checkpoint and exit 0 (their exit
   files say so) → after `grace_s`, `scancel` → wait until Slurm has freed the nodes; a resize then submits
   generation + 1. A loaned server that goes back is drained (`scontrol update State=DRAIN`) and resumed for

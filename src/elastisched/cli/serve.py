@@ -27,8 +27,7 @@ def serve(
     max_follows: int = typer.Option(32, "--max-follows", min=1, help="concurrent `logs --follow` streams"),
     profiles: Path = typer.Option(None, "--profiles", help="measured profiles (elastisched profile), one dir "
                                   "per application, used as performance models next to the bundled ones"),
-    backend: str = typer.Option("local", "--backend", help="local (processes here), ray (docs/ray.md) or slurm "
-                                "(docs/slurm.md)"),
+    backend: str = typer.Option("local", "--backend", help="local (processes here), ray or slurm (docs/*.md)"),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --backend ray: auto or HOST:PORT"),
     db_file: Path = typer.Option(None, "--db-file", help="file holding the database URL (a URL with a password "
                                  "never goes on the command line: this, or $ELASTISCHED_DB)"),
@@ -45,15 +44,8 @@ def serve(
     job_python: str = typer.Option(None, "--job-python", help="interpreter jobs run under (default: this one)"),
     max_queued: int = typer.Option(1000, "--max-queued-per-user", min=1, help="queued jobs a user who is not an "
                                    "admin may have; more are refused with 429"),
-    slurm_partition: str = typer.Option(None, "--slurm-partition", help="--backend slurm: the partition of the "
-                                        "training nodes (default: every GPU node outside the loan partition)"),
-    slurm_loan_partition: str = typer.Option(None, "--slurm-loan-partition", help="--backend slurm: the partition "
-                                             "of the inference servers a loan may name"),
-    slurm_account: str = typer.Option(None, "--slurm-account", help="--backend slurm: sbatch --account"),
-    slurm_shared: Path = typer.Option(None, "--slurm-shared", help="--backend slurm: a directory every node sees "
-                                      "at this path (jobs' checkpoints, logs, exit files; default --workdir)"),
-    slurm_arg: list[str] = typer.Option([], "--slurm-arg", help="--backend slurm: one more sbatch option for every "
-                                        "job, e.g. --slurm-arg=--time=7-0 (repeatable)"),
+    slurm: list[str] = typer.Option([], "--slurm", help="--backend slurm: KEY=VALUE, repeatable (partition, "
+                                    "loan-partition, account, shared=DIR all nodes see, arg=SBATCH_OPTION)"),
 ) -> None:
     """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
     from elastisched.core.errors import ConfigError, ElastischedError
@@ -63,10 +55,6 @@ def serve(
 
     if sys.argv[1:2] == ["serve"]:  # the command's own process (not one that calls it in-process, e.g. a test)
         reexec_without_secrets()
-    from elastisched.backends._slurm_launch import SlurmOptions
-
-    slurm = SlurmOptions(slurm_partition, slurm_loan_partition, slurm_account,
-                         None if slurm_shared is None else str(slurm_shared), tuple(slurm_arg))
     jobs = JobsConfig(isolation=isolation, user_map=None if user_map is None else str(user_map),
                       create_users=create_job_users, job_env=tuple(job_env), python=job_python, max_queued=max_queued)
     try:
@@ -78,7 +66,7 @@ def serve(
             scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
             profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address,
             policy_interval=policy_interval, jobs=jobs, db_file=None if db_file is None else str(db_file),
-            slurm=slurm)
+            slurm=tuple(slurm))
     except ElastischedError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -48,16 +48,9 @@ def main() -> None:
     ap.add_argument("--job-python", default=None, help="interpreter jobs run under (default: this one)")
     ap.add_argument("--max-queued-per-user", type=int, default=DEFAULT_MAX_QUEUED,
                     help="queued jobs a user who is not an admin may have (429 beyond)")
-    ap.add_argument("--slurm-partition", default=None, help="--backend slurm: the training nodes' partition")
-    ap.add_argument("--slurm-loan-partition", default=None, help="--backend slurm: the loanable servers' partition")
-    ap.add_argument("--slurm-account", default=None, help="--backend slurm: sbatch --account")
-    ap.add_argument("--slurm-shared", default=None, help="--backend slurm: a directory every node sees")
-    ap.add_argument("--slurm-arg", action="append", default=[], help="--backend slurm: one more sbatch option")
+    ap.add_argument("--slurm", action="append", default=[], help="--backend slurm, KEY=VALUE (repeatable): "
+                    "partition=, loan-partition=, account=, shared=DIR, arg=SBATCH_OPTION")
     a = ap.parse_args()
-    from elastisched.backends._slurm_launch import SlurmOptions
-
-    slurm = SlurmOptions(a.slurm_partition, a.slurm_loan_partition, a.slurm_account, a.slurm_shared,
-                         tuple(a.slurm_arg))
     jobs = JobsConfig(isolation=a.isolation, user_map=a.user_map, create_users=a.create_job_users,
                       job_env=tuple(a.job_env), python=a.job_python, max_queued=a.max_queued_per_user)
     try:
@@ -65,7 +58,7 @@ def main() -> None:
               scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries,
               profiles=a.profiles, max_follows=a.max_follows, follow_idle_s=a.follow_idle,
               backend=a.backend, ray_address=a.ray_address, policy_interval=a.policy_interval, jobs=jobs,
-              db_file=a.db_file, token_file=a.token_file, slurm=slurm)
+              db_file=a.db_file, token_file=a.token_file, slurm=tuple(a.slurm))
     except ElastischedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
