@@ -27,17 +27,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PREFIX = "es-slurm-"
-TOOLS = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "sbatch")
+TOOLS = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "mariadb-install-db", "sbatch", "sacct", "ip")
 #: (name, GPU type, GPUs, partition): two training nodes (3 slots, as the local e2e's `1x3`) and one loanable
 #: (inference) server
 NODES = (("n1", "t4", 2, "train"), ("n2", "t4", 1, "train"), ("n3", "t4", 2, "loan"))
 
 
 def missing_tools() -> list[str]:
-    return [t for t in TOOLS if shutil.which(t) is None and not Path("/usr/sbin", t).exists()]
+    return [t for t in TOOLS if _bin(t) == t]
+
+
+def _bin(name: str) -> str:
+    """A tool by absolute path: daemons live in /usr/sbin, which a CI's PATH may lack."""
+    return shutil.which(name) or next((str(p) for d in ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
+                                       if (p := Path(d, name)).exists()), name)
 
 
 def _run(*cmd: str, check: bool = True, env: dict[str, str] | None = None, timeout: float = 60) -> str:
+    cmd = (_bin(cmd[0]), *cmd[1:])
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check and p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip() or p.stdout.strip()}")
@@ -67,7 +74,7 @@ def _kill(pids: list[int]) -> None:
 
 
 def ns_pids(ns: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    out = subprocess.run([_bin("ip"), "netns", "pids", ns], capture_output=True, text=True)
     return [int(x) for x in out.stdout.split()]
 
 
@@ -80,19 +87,19 @@ def _teardown(root: Path, tag: str) -> None:
                 break
             _kill(pids)
             time.sleep(0.1)
-        subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        subprocess.run([_bin("ip"), "netns", "delete", ns], capture_output=True)
     for d in Path("/etc/netns").glob(f"{tag}n*"):
         shutil.rmtree(d, ignore_errors=True)
     for pf in root.glob("*.pid"):
         with contextlib.suppress(ValueError, OSError):
             _kill([int(pf.read_text().split()[0])])
-    subprocess.run(["ip", "link", "delete", f"{tag}br"], capture_output=True)
+    subprocess.run([_bin("ip"), "link", "delete", f"{tag}br"], capture_output=True)
     time.sleep(0.2)
     shutil.rmtree(root, ignore_errors=True)
 
 
 def _netns() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    out = subprocess.run([_bin("ip"), "netns", "list"], capture_output=True, text=True).stdout
     return [ln.split()[0] for ln in out.splitlines() if ln.strip()]
 
 
@@ -140,7 +147,7 @@ class SlurmCluster:
 
     # ------------------------------------------------------------------ nodes
     def start_node(self, node: str) -> None:
-        _run("ip", "netns", "exec", self.ns(node), "slurmd", "-f", str(self.conf), "-N", node, env=self.env)
+        _run("ip", "netns", "exec", self.ns(node), _bin("slurmd"), "-f", str(self.conf), "-N", node, env=self.env)
 
     def kill_node(self, node: str) -> list[int]:
         """A node failure: SIGKILL its slurmd, its slurmstepds and every job process on it (all of its namespace)."""
@@ -266,7 +273,7 @@ def _accounting(c: SlurmCluster) -> int:
     _run("mariadb-install-db", "--no-defaults", f"--datadir={db}", "--user=root", "--skip-test-db",
          "--auth-root-authentication-method=normal", timeout=120)
     with open(c.root / "mariadb.log", "ab") as log:
-        subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={db}", f"--socket={sock}", f"--port={port}",
+        subprocess.Popen([_bin("mariadbd"), "--no-defaults", f"--datadir={db}", f"--socket={sock}", f"--port={port}",
                           "--bind-address=127.0.0.1", "--user=root", f"--pid-file={c.root / 'mariadb.pid'}",
                           "--innodb-buffer-pool-size=32M", "--skip-log-bin", "--innodb-log-file-size=16M"],
                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
