@@ -12,7 +12,7 @@ import typer
 
 def serve(
     db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///<workdir>/elastisched.db)"),
-    cluster: str = typer.Option("2x4:cpu", "--cluster", help="node inventory, e.g. 2x4:cpu"),
+    cluster: str = typer.Option("2x4:cpu", "--cluster", help="nodes, e.g. 2x4:cpu or 6x4:t4,2x8:a100 (no type: cpu)"),
     policy: str = typer.Option("fifo", "--policy", help="any registered policy (elastisched policies)"),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8470, "--port"),
@@ -27,7 +27,8 @@ def serve(
     max_follows: int = typer.Option(32, "--max-follows", min=1, help="concurrent `logs --follow` streams"),
     profiles: Path = typer.Option(None, "--profiles", help="measured profiles (elastisched profile), one dir "
                                   "per application, used as performance models next to the bundled ones"),
-    backend: str = typer.Option("local", "--backend", help="local (processes here), ray or slurm (docs/*.md)"),
+    backend: str = typer.Option("local", "--backend", help="local, ray, slurm or fake (docs/ray, slurm, scale.md)"),
+    fake_mtbf: float = typer.Option(None, "--fake-mtbf", help="fake: mean s until a generation fails"),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --backend ray: auto or HOST:PORT"),
     db_file: Path = typer.Option(None, "--db-file", help="file holding the database URL (a URL with a password "
                                  "never goes on the command line: this, or $ELASTISCHED_DB)"),
@@ -44,8 +45,7 @@ def serve(
     job_python: str = typer.Option(None, "--job-python", help="interpreter jobs run under (default: this one)"),
     max_queued: int = typer.Option(1000, "--max-queued-per-user", min=1, help="queued jobs a user who is not an "
                                    "admin may have; more are refused with 429"),
-    slurm: list[str] = typer.Option([], "--slurm", help="--backend slurm: KEY=VALUE, repeatable (partition, "
-                                    "loan-partition, account, shared=DIR all nodes see, arg=SBATCH_OPTION)"),
+    slurm: list[str] = typer.Option([], "--slurm", help="--backend slurm: KEY=VALUE, repeatable (docs/slurm.md)"),
 ) -> None:
     """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
     from elastisched.core.errors import ConfigError, ElastischedError
@@ -66,7 +66,7 @@ def serve(
             scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
             profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address,
             policy_interval=policy_interval, jobs=jobs, db_file=None if db_file is None else str(db_file),
-            slurm=tuple(slurm))
+            fake_mtbf_s=fake_mtbf, slurm=tuple(slurm))
     except ElastischedError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -103,7 +103,7 @@ def serve_banner(host: str, port: int, workdir: Path, policy: str, cluster: str,
 
 
 def _jobs_line(mode: str, jobs: Any, backend: str) -> str:
-    if backend == "ray":
+    if backend not in ("local", "slurm"):
         return f"jobs run as: the account of the {backend} nodes, not each user's (docs/security.md, Ray and Slurm)"
     if mode == "users":
         who = "es-<user>, created at its first launch" if jobs.create_users else "the account of the same name"
