@@ -104,3 +104,30 @@ def test_rank_env_takes_slurms_local_rank_and_devices() -> None:
                                      "HOME": "/root"})
     assert env == {"RANK": "1", "MASTER_PORT": "4242", "ELASTISCHED_MASTER_PORT": "4242", "LOCAL_RANK": "1",
                    "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "9"}  # nothing else leaks
+
+
+class _Cli:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def set_node(self, node: str, state: str, reason: str = "") -> None:
+        self.calls.append((node, state))
+
+
+def test_a_returned_server_is_drained_then_resumed_once_empty() -> None:
+    from elastisched.backends._slurm_cli import SlurmJob
+    from elastisched.backends._slurm_loans import LoanDrains
+
+    cli = _Cli()
+    d = LoanDrains(cli)  # type: ignore[arg-type]
+    d.lent({"n3"}, {"n3", "n4"})
+    d.lent(set(), {"n3", "n4"}, {"n9"})  # n3 went back; n9 was drained by us before a restart
+    assert cli.calls == [("n3", "DRAIN")] and set(d.waiting) == {"n3", "n9"}
+    d.settle({"es-a": [SlurmJob("5", "es-a", "COMPLETING", "n3", "")]})  # our job still leaving n3
+    assert cli.calls == [("n3", "DRAIN"), ("n9", "RESUME")]
+    d.settle({})
+    assert cli.calls[-1] == ("n3", "RESUME") and not d.waiting
+    d.lent({"n4"}, {"n3", "n4"})
+    d.lent(set(), {"n3", "n4"})
+    d.lent({"n4"}, {"n3", "n4"})  # lent again before it emptied: resumed at once
+    assert cli.calls[-2:] == [("n4", "DRAIN"), ("n4", "RESUME")] and not d.waiting

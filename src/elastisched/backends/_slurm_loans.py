@@ -28,7 +28,11 @@ class LoanDrains:
         self.waiting: dict[str, float] = {}  # drained by us, to resume once empty: node -> when drained
         self.history: list[tuple[float, str, str]] = []  # (time, node, DRAIN|RESUME), for tests and logs
 
-    def lent(self, lent: set[str], loanable: set[str]) -> None:
+    def lent(self, lent: set[str], loanable: set[str], ours: set[str] | None = None) -> None:
+        """`lent`: on loan now; `loanable`: the loan partition's nodes; `ours`: drained with our reason (a drain
+        this backend set before a restart), to be resumed like the ones it drains now."""
+        for node in sorted((ours or set()) - set(self.waiting)):
+            self.waiting[node] = time.monotonic()
         for node in sorted((self.on_loan - lent) & loanable):
             self._set(node, "DRAIN", REASON)
             self.waiting[node] = time.monotonic()

@@ -34,7 +34,6 @@ from pathlib import Path
 from elastisched.backends._ray_files import DIED, exit_code, exit_files
 from elastisched.backends._slurm_cli import LIVE, SlurmCli, SlurmError, SlurmJob, SlurmNode
 from elastisched.backends._slurm_launch import (
-    NAME_PREFIX,
     SlurmGen,
     SlurmOptions,
     batch_script,
@@ -88,6 +87,7 @@ class SlurmBackend(BackendBase):
         self._nodes_at = time.monotonic()
         self._jobs: dict[str, list[SlurmJob]] = {}
         self._jobs_at = 0.0
+        self._asked: set[str] = set()  # the job names the last squeue asked for
         self.drains = LoanDrains(self.cli)
 
     # ------------------------------------------------------------------ inventory
@@ -108,8 +108,10 @@ class SlurmBackend(BackendBase):
         return [n.view(0, Pool.LOANABLE) for n in self._nodes if not n.dead and self._pool(n) is Pool.LOANABLE]
 
     def lent(self, node_ids: Sequence[str]) -> None:
-        """The servers on loan now (the daemon says so when loans change): drain the ones that went back."""
-        self.drains.lent(set(node_ids), {n.name for n in self._nodes if self._pool(n) is Pool.LOANABLE})
+        """The servers on loan now (the daemon says so when loans change): drain the ones that went back. Nodes
+        still drained by us (before a restart) are resumed once empty, or at once when lent again."""
+        ours = {n.name for n in self._nodes if n.drained and n.reason.startswith("elastisched")}
+        self.drains.lent(set(node_ids), {n.name for n in self._nodes if self._pool(n) is Pool.LOANABLE}, ours)
 
     def _refresh_nodes(self, force: bool = False) -> NodesChanged | None:
         if not force and time.monotonic() - self._nodes_at < self.every_s:
@@ -129,12 +131,15 @@ class SlurmBackend(BackendBase):
         log.warning("Slurm nodes changed: up %s; lost %s", sorted(after), list(lost))
         return NodesChanged(time.time(), self.inventory(), lost)
 
-    def _refresh_jobs(self, force: bool = False) -> dict[str, list[SlurmJob]]:
-        if force or time.monotonic() - self._jobs_at >= self.every_s:
+    def _refresh_jobs(self, extra: Sequence[SlurmGen] = (), force: bool = False) -> dict[str, list[SlurmJob]]:
+        """squeue's view of our generations' jobs (those running, and `extra`), at most every `every_s` unless
+        `force` or a name not asked for before."""
+        names = sorted({job_name(g.token) for g in (*self.gens.values(), *extra)})
+        if force or time.monotonic() - self._jobs_at >= self.every_s or not self._asked.issuperset(names):
             try:
-                self._jobs = self.cli.jobs(NAME_PREFIX)
-                self._jobs_at = time.monotonic()
-            except SlurmError as e:
+                self._jobs = self.cli.jobs(names)
+                self._jobs_at, self._asked = time.monotonic(), set(names)
+            except SlurmError as e:  # slurmctld busy: keep the last view; nothing is decided from a failed query
                 log.warning("Slurm jobs unknown: %s", e)
         return self._jobs
 
@@ -186,8 +191,9 @@ class SlurmBackend(BackendBase):
         self.cli.signal(ids, "TERM")
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and any(None in self._codes(g) for g in gens):
-            if not self._any_live(gens, force=True):
-                break  # never started, or already gone: no exit file will come
+            jobs = self._refresh_jobs(gens, force=True)
+            if not {j.state for g in gens for j in jobs.get(job_name(g.token), ())} & (LIVE - {"PENDING"}):
+                break  # still pending, or already gone: no rank will checkpoint
             time.sleep(0.2)
         self.cli.cancel(ids)
         end = time.monotonic() + max(30.0, self.grace_s)
@@ -195,7 +201,7 @@ class SlurmBackend(BackendBase):
             time.sleep(0.3)
 
     def _any_live(self, gens: Sequence[SlurmGen], force: bool = False) -> bool:
-        jobs = self._refresh_jobs(force)
+        jobs = self._refresh_jobs(gens, force)
         return any(j.state in LIVE for g in gens for j in jobs.get(job_name(g.token), ()))
 
     def _codes(self, g: SlurmGen) -> list[int | None]:
@@ -229,7 +235,7 @@ class SlurmBackend(BackendBase):
             return GenerationEnded(time.time(), job_id, gen, GenerationOutcome.LAUNCH_FAILED, reason=why)
         log.info("job %s generation %d: Slurm job %s on %s", job_id, gen, g.slurm_id, list(alloc.placement))
         self.gens[job_id] = g
-        self._jobs_at = 0.0  # look at the queue at the next poll
+        self._jobs_at = 0.0  # look at the queue at the next poll (a new name is asked for anyway)
         return JobStarted(time.time(), job_id, gen, pids=(), devices=tuple(None for _ in g.nodes),
                           external_id=f"slurm:{g.slurm_id}")
 
@@ -307,12 +313,12 @@ class SlurmBackend(BackendBase):
         """Find each generation's Slurm job by its name: adopt the wanted live ones, cancel the unwanted, settle
         the ended ones from their exit files, report the ones Slurm never had as lost."""
         out: list[BackendEvent] = []
-        jobs = self._refresh_jobs(force=True)
-        for rec in generations:
+        gens = [SlurmGen(r.job_id, r.generation, r.allocation, r.token, world=r.allocation.gpus,
+                         nodes=tuple(n for n, k in r.allocation.placement for _ in range(k))) for r in generations]
+        jobs = self._refresh_jobs(gens, force=True)
+        for rec, g in zip(generations, gens, strict=True):
             parts = jobs.get(job_name(rec.token), [])
-            g = SlurmGen(rec.job_id, rec.generation, rec.allocation, rec.token, world=rec.allocation.gpus,
-                         nodes=tuple(n for n, k in rec.allocation.placement for _ in range(k)),
-                         slurm_id=min((j.job_id for j in parts), key=int, default=""))
+            g.slurm_id = min((j.job_id for j in parts), key=int, default="")
             codes = self._codes(g)
             live = any(j.state in LIVE for j in parts)
             if not rec.keep:
