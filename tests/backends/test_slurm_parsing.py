@@ -11,7 +11,7 @@ import pytest
 from elastisched.backends._slurm_cli import parse_jobs, parse_nodes
 from elastisched.backends._slurm_launch import SlurmOptions, batch_script, components, sbatch_args
 from elastisched.backends._slurm_loans import _names
-from elastisched.backends._slurm_rank import rank_env, rendezvous_port
+from elastisched.backends._slurm_rank import interface_towards, rank_env, rendezvous_port
 from elastisched.backends.identity import Account
 from elastisched.backends.slurm import _log_order
 from elastisched.core.enums import Cause
@@ -104,6 +104,16 @@ def test_rank_env_takes_slurms_local_rank_and_devices() -> None:
                                      "HOME": "/root"})
     assert env == {"RANK": "1", "MASTER_PORT": "4242", "ELASTISCHED_MASTER_PORT": "4242", "LOCAL_RANK": "1",
                    "CUDA_VISIBLE_DEVICES": "0,1", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "9"}  # nothing else leaks
+
+
+def test_a_rank_names_the_interface_towards_rank_0_for_gloo() -> None:
+    """Gloo would fall back to loopback where the hostname is not a local address; the rank names the interface
+    its route to MASTER_ADDR leaves by (here loopback's own), unless the job set one."""
+    launch = {"ranks": [{"env": {"RANK": "0", "MASTER_ADDR": "127.0.0.1"}},
+                        {"env": {"RANK": "1", "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "ib0"}}]}
+    assert rank_env(launch, 0, 1, {})["GLOO_SOCKET_IFNAME"] == "lo"
+    assert rank_env(launch, 1, 1, {})["GLOO_SOCKET_IFNAME"] == "ib0"
+    assert interface_towards("not an address") is None
 
 
 class _Cli:
