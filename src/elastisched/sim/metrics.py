@@ -19,7 +19,7 @@ allocation is priced as data parallel). Per policy (summary): GPU-hours running,
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,7 +32,7 @@ from elastisched.core.types import NodeView, PendingReason
 from elastisched.engine.jobstate import JobState
 from elastisched.models.application import Application
 from elastisched.policies.base import Policy, PolicyContext
-from elastisched.sim.table import Rows, WorkLog
+from elastisched.sim.table import Rows, Table, WorkLog
 from elastisched.workloads.schema import Workload
 
 if TYPE_CHECKING:
@@ -46,9 +46,9 @@ class RunRecord(Protocol):
     @property
     def now(self) -> float: ...
     train_nodes: tuple[NodeView, ...]
-    done: list[JobState]
-    timeline: list[tuple[float, int, int, int]]
-    latencies: list[float]
+    job_rows: Table
+    timeline: Table
+    latencies: Sequence[float]
     reclaims: list[dict[str, Any]]
     events: int
     stalled: list[str]
@@ -254,27 +254,64 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float,
 DECOMPOSITION = ["queued", "restarting", "running", "best", "loss_gpus", "loss_batch"]
 
 
-def collect(sim: RunRecord, wall: float) -> SimResult:
-    rows = []
-    train = node_set(sim.train_nodes)
-    per_node: dict[str, tuple[int, int]] = {}  # GPU type -> (GPUs per server, servers)
-    for n in sim.train_nodes:
+JOB_COLUMNS = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
+               "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION,
+               "restart_gpu_seconds"]
+_JOB_TEXT = ("job", "application", "state", "reason")
+TIMELINE_COLUMNS = ["t", "busy_gpus", "total_gpus", "loaned_servers"]
+
+
+def job_table() -> Table:
+    """The rows of `jobs.csv`, appended as jobs end (`job_row`)."""
+    return Table(JOB_COLUMNS, _JOB_TEXT)
+
+
+def timeline_table() -> Table:
+    """The rows of `timeline.csv`, one per round: (t, busy GPUs, total GPUs, loaned servers)."""
+    return Table(TIMELINE_COLUMNS)
+
+
+def servers_per_type(nodes: tuple[NodeView, ...]) -> dict[str, tuple[int, int]]:
+    """GPU type -> (most GPUs on one of its servers, servers): what `decompose` spreads the best run over."""
+    per_node: dict[str, tuple[int, int]] = {}
+    for n in nodes:
         g, k = per_node.get(n.gpu_type, (0, 0))
         per_node[n.gpu_type] = (max(g, n.num_gpus), k + 1)
-    cols = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
-            "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"]
-    for j in sorted(sim.done, key=lambda j: (j.spec.submit_time, j.spec.job_id)):
-        spec, start, end = j.spec, j.start_time, j.end_time
-        waited = (start or end) - spec.submit_time
-        rows.append((  # a tuple per job in `cols` order, not a dict: 74k jobs' rows at once
-            spec.job_id, spec.application, spec.submit_time, start, end, end - spec.submit_time, waited,
-            spec.num_gpus, j.attained, j.attained / j.run_time if j.run_time else 0.0, j.run_time,
-            max(j.launches - 1, 0), j.preemptions, j.phase(end).value,
-            # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
-            j.reason or (PendingReason.PRIORITY.value if waited > 0 else ""),
-            *decompose(j, per_node), j.restart_gpu_seconds))
-    jobs = Rows(cols, rows)
-    tl = Rows(["t", "busy_gpus", "total_gpus", "loaned_servers"], sim.timeline)
+    return per_node
+
+
+def add_job_row(table: Table, j: JobState, per_node: dict[str, tuple[int, int]]) -> None:
+    """The `jobs.csv` row of a job that has just ended (its state is final then), appended to `table`."""
+    spec, start, end = j.spec, j.start_time, j.end_time
+    assert end is not None
+    waited = (start or end) - spec.submit_time
+    table.append((spec.submit_time, start, end, end - spec.submit_time, waited, spec.num_gpus, j.attained,
+                  j.attained / j.run_time if j.run_time else 0.0, j.run_time, max(j.launches - 1, 0), j.preemptions,
+                  *decompose(j, per_node), j.restart_gpu_seconds),
+                 # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
+                 (spec.job_id, spec.application, j.phase(end).value,
+                  j.reason or (PendingReason.PRIORITY.value if waited > 0 else "")))
+
+
+def _by_submission(submit: np.ndarray, job_ids: list[str]) -> np.ndarray:
+    """Row order by (submit time, job name): numpy's stable sort by time, names ordering each run of equal times."""
+    order = np.argsort(submit, kind="stable")
+    ties = np.flatnonzero(np.diff(submit[order]) == 0)
+    if len(ties):
+        starts = ties[np.concatenate(([True], np.diff(ties) > 1))]
+        for a in starts.tolist():
+            b = a + 1
+            while b < len(order) and submit[order[b]] == submit[order[a]]:
+                b += 1
+            order[a:b] = sorted(order[a:b].tolist(), key=job_ids.__getitem__)
+    return order
+
+
+def collect(sim: RunRecord, wall: float) -> SimResult:
+    train = node_set(sim.train_nodes)
+    table = sim.job_rows
+    jobs = table.freeze(_by_submission(table.numbers("submit"), table.texts("job")))
+    tl = sim.timeline.freeze()
     jct = jobs.array("jct")
     t0 = min((s.submit_time for s in sim.workload.jobs), default=0.0)
     makespan = float(jobs.array("end").max() - t0) if len(jobs) else 0.0
@@ -286,7 +323,7 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
     else:
         avail = busy = 0.0
     restart_gs = float(_nansum(jobs.array("restart_gpu_seconds")))
-    lat = np.array(sim.latencies) * 1000.0
+    lat = np.asarray(sim.latencies, dtype=float) * 1000.0
     summary = {
         "policy": sim.policy.name, "workload": sim.workload.name, "workload_digest": sim.workload.digest,
         "n_jobs": len(sim.workload.jobs), "n_finished": len(jobs), "unfinished": sim.stalled[:20],

@@ -22,8 +22,10 @@ Semantics (details and the reasons for each in docs/simulator.md):
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -41,8 +43,7 @@ from elastisched.engine.overrides import admin_resize, pin
 from elastisched.loaning.timeline import LoanPlan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
-from elastisched.sim.metrics import SimResult, collect
-from elastisched.sim.table import WorkLog
+from elastisched.sim.metrics import SimResult, add_job_row, collect, job_table, servers_per_type, timeline_table
 from elastisched.sim.usage import ClusterUsage
 from elastisched.workloads.schema import Workload
 
@@ -67,6 +68,9 @@ class SimConfig:
     failures: tuple[tuple[float, JobId], ...] = ()  # (time, job): the job fails (ends, not finished)
     admin_resizes: tuple[tuple[float, JobId, int], ...] = ()  # (time, job, GPUs): an admin resize (API)
     on_round: Callable[[ClusterSnapshot, RoundResult], None] | None = None  # observer (drift test, debugging)
+    # keep every finished job's `JobState` in `Simulator.done` (tests, debugging); by default a job leaves only
+    # its row of jobs.csv behind, so memory does not grow with the jobs a long replay has finished
+    keep_finished: bool = False
 
 
 class Simulator:
@@ -91,9 +95,12 @@ class Simulator:
         self.seq = 0
         self.jobs: dict[JobId, SimJob] = {}  # active, submission order
         self.running: dict[JobId, SimJob] = {}
-        self.done: list[SimJob] = []
-        self.timeline: list[tuple[float, int, int, int]] = []  # (t, busy GPUs, total GPUs, loaned servers)
-        self.latencies: list[float] = []
+        self.done: list[SimJob] = []  # finished jobs' states, with `SimConfig.keep_finished` only
+        self.finished = 0
+        self.job_rows = job_table()  # each finished job's row of jobs.csv, appended as it ends
+        self.per_type_servers = servers_per_type(self.train_nodes)
+        self.timeline = timeline_table()  # (t, busy GPUs, total GPUs, loaned servers) after each round
+        self.latencies = array("d")
         self.reclaim_demand = 0
         self.reclaims: list[dict[str, Any]] = []
         self.events = 0
@@ -149,11 +156,10 @@ class Simulator:
         self.running_views.pop(jid, None)
         self.pending_views.pop(jid, None)
         self.stale.discard(jid)
-        job.rates = None  # a finished job's caches go, its work log and epoch bounds are kept compactly
-        job.work_by_config = WorkLog(job.work_by_config, job.tail_entries())  # type: ignore[assignment]
-        job.work_tail = None
-        job.bounds = job.bounds_arr  # type: ignore[assignment]  # same numbers, 8 bytes each instead of 32
-        self.done.append(job)
+        add_job_row(self.job_rows, job, self.per_type_servers)  # its state is final: its row, then it may go
+        self.finished += 1
+        if self.cfg.keep_finished:
+            self.done.append(job)
         self.engine.ended(jid, now)
 
     def _set_loans(self, n: int) -> None:
@@ -289,9 +295,10 @@ class Simulator:
 
     # ------------------------------------------------------------------ inputs and the main loop
     def _push_inputs(self) -> None:
-        """Every event known before the run: arrivals, loan changes, failures and admin resizes."""
-        for s in self.workload.jobs:
-            self._push(s.submit_time, ARRIVAL, s)
+        """Every event known before the run but the arrivals: loan changes, failures and admin resizes. The
+        arrivals are read from the workload in time order as the clock reaches them (`_arrivals`), not pushed:
+        a million-job heap would cost memory and a log-factor per event. They come first among events at one
+        instant, as when they were pushed first."""
         if self.cfg.loans is not None:
             for t, n in self.cfg.loans.steps:
                 self._push(t, LOAN, n)
@@ -299,6 +306,16 @@ class Simulator:
             self._push(t, FAILURE, jid)
         for t, jid, g in self.cfg.admin_resizes:
             self._push(t, RESIZE, (jid, g))
+
+    def _arrivals(self) -> Sequence[Any]:
+        """The workload's jobs by submission time (ties in workload order)."""
+        jobs = self.workload.jobs
+        for s in jobs:
+            if not math.isfinite(s.submit_time):
+                raise ValueError(f"event time must be finite, got {s.submit_time!r} (event kind {ARRIVAL})")
+        if all(a.submit_time <= b.submit_time for a, b in itertools.pairwise(jobs)):
+            return jobs
+        return sorted(jobs, key=lambda s: s.submit_time)
 
     def _handle(self, kind: int, payload: Any) -> bool:
         """Apply one event; True when it needs a round right now (a reclaim: inference is never delayed)."""
@@ -330,17 +347,27 @@ class Simulator:
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         self._push_inputs()
+        arrivals, heap = self._arrivals(), self.heap
+        k, n_arrivals = 0, len(arrivals)
+        t_arrival = arrivals[0].submit_time if n_arrivals else INF
         interval = self.policy.interval
         pending_round = INF
         last_report = 0.0
-        while self.heap or pending_round < INF:
-            t_ev = self.heap[0][0] if self.heap else INF
+        while k < n_arrivals or heap or pending_round < INF:
+            t_ev = heap[0][0] if heap else INF
+            if t_arrival <= t_ev:
+                t_ev = t_arrival
             if t_ev <= pending_round:
                 if t_ev > self.cfg.max_time:
                     break
-                t, _, kind, payload = heapq.heappop(self.heap)
-                if kind == COMPLETION and (payload[0].version != payload[1] or payload[0].end_time is not None):
-                    continue  # stale: the job's allocation changed since this completion was predicted
+                if t_ev == t_arrival:  # an arrival before any other event at its instant
+                    t, kind, payload = t_arrival, ARRIVAL, arrivals[k]
+                    k += 1
+                    t_arrival = arrivals[k].submit_time if k < n_arrivals else INF
+                else:
+                    t, _, kind, payload = heapq.heappop(heap)
+                    if kind == COMPLETION and (payload[0].version != payload[1] or payload[0].end_time is not None):
+                        continue  # stale: the job's allocation changed since this completion was predicted
                 self.events += 1
                 self.clock.advance_to(t)
                 if self._handle(kind, payload):
@@ -354,13 +381,13 @@ class Simulator:
                 break
             self.clock.advance_to(pending_round)
             hint = self._round()
-            if not self.running and not self.heap and self.jobs:
+            if not self.running and not heap and k >= n_arrivals and self.jobs:
                 self.stalled = sorted(self.jobs)  # nothing runs and nothing will happen: jobs can never fit
                 break
             pending_round = self._next_round(hint)
             if self.cfg.progress is not None and time.perf_counter() - last_report > 0.2:
                 last_report = time.perf_counter()
-                self.cfg.progress(self.now, len(self.done), len(self.workload.jobs))
+                self.cfg.progress(self.now, self.finished, len(self.workload.jobs))
         for job in list(self.running.values()):
             job.advance(self.now)
         return collect(self, time.perf_counter() - wall0)

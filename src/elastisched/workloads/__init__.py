@@ -3,6 +3,7 @@
 `load_workload(spec, models)` accepts:
 - `pollux:workload-N` — a bundled Pollux artifact workload (160 jobs, 8 h);
 - `philly` / `philly:sample=N,seed=S,days=D` — the bundled 82k-job Philly trace (see `traces.py`);
+- `philly:jobs=N,seed=S[,load=L,gpus=G]` — N jobs drawn from it, with its weekly rhythm (`philly_scale.py`);
 - `synthetic:num_jobs=N,rate=R,seed=S`;
 - a path: `.csv` with a `name` column (Pollux/Sia/DeepBoot), `.csv[.gz]` with `duration,num_gpus`
   (raw trace), `.trace`/`.tsv` (Gavel/Shockwave).
@@ -15,11 +16,15 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from elastisched.core.cluster import PAI_GPUS
 from elastisched.core.errors import ConfigError
 from elastisched.workloads.pollux import load_pollux_csv
 from elastisched.workloads.schema import (
+    CLUSTER_GPUS,
     DAYS,
+    LOAD,
     NUM_JOBS,
+    PHILLY_JOBS,
     RATE,
     SAMPLE,
     SEED,
@@ -64,6 +69,22 @@ def _opts(kind: str, text: str, known: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _philly_scaled(o: dict[str, str], models: PerfModels) -> Workload:
+    """`philly:jobs=N,seed=S[,load=L,gpus=G]`: generated from the trace (`philly_scale.py`), not a selection of it."""
+    from elastisched.workloads.philly_scale import DEFAULT_LOAD, philly_jobs
+
+    for key in ("sample", "days"):
+        if key in o:
+            raise ConfigError(f"philly:{key}", o[key], "selects from the trace; jobs= generates a workload of "
+                              "its own (give one or the other)")
+    if "jobs" not in o:
+        raise ConfigError("philly:jobs", None, "load= and gpus= shape a generated workload: give jobs=N too")
+    return philly_jobs(models, jobs=PHILLY_JOBS.option("philly:jobs", o["jobs"]),
+                       seed=SEED.option("philly:seed", o.get("seed", "0")),
+                       load=LOAD.option("philly:load", o["load"]) if "load" in o else DEFAULT_LOAD,
+                       gpus=CLUSTER_GPUS.option("philly:gpus", o["gpus"]) if "gpus" in o else PAI_GPUS)
+
+
 def load_workload(spec: str, models: PerfModels) -> Workload:
     kind, _, rest = spec.partition(":")
     if kind == "pollux" and rest:
@@ -72,7 +93,9 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
     from elastisched.workloads.traces import load_raw_trace
 
     if kind == "philly":
-        o = _opts(kind, rest, ("sample", "seed", "days"))
+        o = _opts(kind, rest, ("sample", "seed", "days", "jobs", "load", "gpus"))
+        if "jobs" in o or "load" in o or "gpus" in o:
+            return _philly_scaled(o, models)
         days = DAYS.option("philly:days", o["days"]) if "days" in o else None
         return load_raw_trace(None, models, seed=SEED.option("philly:seed", o.get("seed", "0")),
                               sample=SAMPLE.option("philly:sample", o["sample"]) if "sample" in o else None,
