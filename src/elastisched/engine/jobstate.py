@@ -88,8 +88,10 @@ def allocation_rates(app: Application, gpu_type: str, shape: tuple[int, ...], cf
 def new_state(spec: JobSpec, app: Application | None, now: float) -> JobState:
     """The state of a job that has just arrived (progress bounds scaled by its `work_scale`)."""
     # Python floats (the same products as numpy's, element by element): `advance` does scalar arithmetic on them
-    bounds = (app.epoch_end * spec.work_scale).tolist() if app is not None else [0.0, 1.0]
-    return JobState(spec, app, bounds, updated=now)
+    if app is None:
+        return JobState(spec, app, [0.0, 1.0], updated=now)
+    arr = app.epoch_end * spec.work_scale
+    return JobState(spec, app, arr.tolist(), updated=now, _bounds_np=arr)
 
 
 @dataclass(slots=True, eq=False)
@@ -308,7 +310,7 @@ class JobState:
         b = self.bounds_arr
         work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
         work[0] = b[e + 1] - self.progress
-        return now + float((work / self.rates[e:last]).sum())
+        return now + float(np.add.reduce(work / self.rates[e:last]))  # (ndarray.sum, without its wrapper)
 
     def phase(self, now: float) -> JobPhase:
         if self.end_time is not None:

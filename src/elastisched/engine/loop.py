@@ -96,7 +96,7 @@ class Engine:
         decision = self.policy.schedule(snap, self.ctx)
         latency = time.perf_counter() - t0
         placed, free, changes = place_changes(decision.allocations, snap)
-        if self.check_invariants:
+        if self.check_invariants and (free is not None or changes is None):  # (None: nothing changed to check)
             check(placed, snap, self.policy.elastic, free, None if changes is None else changes.changed)
         actions = diff(snap, placed, changes)
         if snap.reclaim_demand <= 0:

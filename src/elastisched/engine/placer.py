@@ -30,15 +30,16 @@ class NodeIndex:
         self.pos = node_set.position
         self.capacity = np.array([n.num_gpus for n in nodes], dtype=np.int64)
         self.types = np.array([n.gpu_type for n in nodes])
-        self.type_masks: dict[tuple[str, ...], np.ndarray] = {}
+        self.type_masks: dict[tuple[str, ...], np.ndarray | None] = {}
 
     def mask(self, types: tuple[str, ...]) -> np.ndarray | None:
+        """Nodes of `types`; None when that is every node (no types given, or a cluster of those types alone)."""
         if not types:
             return None
-        m = self.type_masks.get(types)
-        if m is None:
-            m = self.type_masks[types] = np.isin(self.types, list(types))
-        return m
+        if types not in self.type_masks:
+            m = np.isin(self.types, list(types))
+            self.type_masks[types] = None if m.all() else m
+        return self.type_masks[types]
 
 
 def node_index(nodes: tuple[NodeView, ...]) -> NodeIndex:
@@ -54,16 +55,19 @@ def place_with_free(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                     ) -> tuple[dict[JobId, Allocation], np.ndarray]:
     """`place`, plus the free GPUs per node left afterwards (negative = over capacity)."""
     placed, free, _ = place_changes(allocs, snap)
+    if free is None:
+        free = node_index(snap.nodes).capacity - np.asarray(snap.node_used, dtype=np.int64)
     return placed if isinstance(placed, dict) else dict(placed), free
 
 
 def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
-                  ) -> tuple[Mapping[JobId, Allocation], np.ndarray, Changes | None]:
+                  ) -> tuple[Mapping[JobId, Allocation], np.ndarray | None, Changes | None]:
     """`place_with_free`, plus what changed (None when the snapshot carries no `node_used`).
 
     When the snapshot carries `node_used`, allocations that are the very objects the jobs hold now are
     taken as they are and cost nothing: a round costs O(changed jobs), not O(running jobs); the `Changes`
-    let the invariant check and the diff look at the changed jobs alone.
+    let the invariant check and the diff look at the changed jobs alone. The free GPUs are None when
+    nothing changed (a decision that keeps every running job and starts none: no per-node work at all).
     """
     idx = node_index(snap.nodes)
     if snap.node_used is None:
@@ -74,8 +78,10 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
 
 
 def _place_kept(allocs: KeptAllocations, snap: ClusterSnapshot, idx: NodeIndex
-                ) -> tuple[Mapping[JobId, Allocation], np.ndarray, Changes]:
+                ) -> tuple[Mapping[JobId, Allocation], np.ndarray | None, Changes]:
     """Every running job keeps what it holds but the released ones: only those and the added are looked at."""
+    if not allocs.released and not allocs.added:
+        return allocs, None, Changes([], [])
     jobs = snap.jobs
     changes = Changes([], [])
     todo: list[tuple[JobId, Allocation]] = []

@@ -32,7 +32,7 @@ from elastisched.core.types import NodeView, PendingReason
 from elastisched.engine.jobstate import JobState
 from elastisched.models.application import Application
 from elastisched.policies.base import Policy, PolicyContext
-from elastisched.sim.table import Rows, Table, WorkLog
+from elastisched.sim.table import Rows, Table
 from elastisched.workloads.schema import Workload
 
 if TYPE_CHECKING:
@@ -98,14 +98,17 @@ _GROUPS: dict[tuple[Any, ...], np.ndarray | None] = {}
 _APPS: dict[int, Application] = {}
 #: `best_rates` read at each epoch of a job with `n` epochs (what `decompose` divides by), per its key and `n`
 _BEST_AT: dict[tuple[Any, ...], np.ndarray] = {}
+#: `best_batch_rates` read at each epoch of a job with `n` epochs, per its key and `n` (`_at_best_batch`)
+_RATE_AT: dict[tuple[Any, ...], np.ndarray] = {}
 
 
 def _app_key(app: Application) -> int:
-    if len(_BEST) + len(_GROUPS) + len(_BEST_AT) > 200_000:
+    if len(_BEST) + len(_GROUPS) + len(_BEST_AT) + len(_RATE_AT) > 200_000:
         _BEST.clear()
         _GROUPS.clear()
         _APPS.clear()
         _BEST_AT.clear()
+        _RATE_AT.clear()
     _APPS.setdefault(id(app), app)
     return id(app)
 
@@ -215,40 +218,55 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float,
     app = j.app
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
         return jct - j.run_time, j.restart_time, running, nan, nan, nan
-    log = j.work_by_config if isinstance(j.work_by_config, WorkLog) else WorkLog(j.work_by_config, j.tail_entries())
-    configs, which, epoch, work_done = log.arrays()
-    if len(configs) == 1:  # one configuration all along (most jobs): the same divisions, without the masks
-        t, shape = configs[0]
-        if t in app.profile.throughput and shape:
-            r = best_batch_rates(app, t, shape, j.spec.batch_size)
-            per_entry = work_done / r[np.minimum(epoch, len(r) - 1)]
-        else:
-            per_entry = work_done[:0]
-    else:
-        per_entry, priced = np.zeros(len(work_done)), np.zeros(len(work_done), dtype=bool)
-        for c, (t, shape) in enumerate(configs):
-            if t in app.profile.throughput and shape:
-                r = best_batch_rates(app, t, shape, j.spec.batch_size)
-                m = which == c
-                per_entry[m] = work_done[m] / r[np.minimum(epoch[m], len(r) - 1)]
-                priced |= m
-        per_entry = per_entry[priced]
-    # the same divisions, summed one after another in the log's order (add.accumulate is sequential)
-    at_best_batch = float(np.add.accumulate(per_entry)[-1]) if len(per_entry) else 0.0
+    bounds = j.bounds_arr
+    work = bounds[1:] - bounds[:-1]  # each epoch's work (np.diff without its wrapper: same arithmetic)
+    at_best_batch = _at_best_batch(j, app, work)
     t = max(j.gpu_seconds_by_type, key=j.gpu_seconds_by_type.__getitem__)
     if t not in app.profile.throughput:
         return jct - j.run_time, j.restart_time, running, nan, nan, nan
-    bounds = j.bounds_arr
-    n = len(bounds) - 1
+    n = len(work)
     servers = per_node.get(t, (1, 1))
     key = (_app_key(app), t, j.spec.gpu_cap, j.spec.batch_size, servers, n)
     best_at = _BEST_AT.get(key)
     if best_at is None:
         best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *servers)
         best_at = _BEST_AT[key] = best_r[np.minimum(np.arange(n), len(best_r) - 1)]
-    work = bounds[1:] - bounds[:-1]  # np.diff, and np.sum below, without their wrappers: same arithmetic
-    best = float((work / best_at).sum())
+    best = float(np.add.reduce(work / best_at))  # (ndarray.sum's pairwise sum, without its wrapper)
     return jct - j.run_time, j.restart_time, running, best, at_best_batch - best, running - at_best_batch
+
+
+def _at_best_batch(j: JobState, app: Application, work: np.ndarray) -> float:
+    """Σ over the job's work log (`work_by_config`, then the whole epochs of its `work_tail`), in the log's
+    order, of each entry's work / the best-batch rate of its configuration at its epoch, summed one after
+    another (configurations without a profile of their GPU type left out). `work`: each epoch's work, which
+    is a tail epoch's (`JobState.tail_entries`) whenever the tail starts at or after the progress it began at."""
+    thr, own, akey = app.profile.throughput, j.spec.batch_size, _app_key(app)
+    acc: float | None = None
+    config: tuple[str, tuple[int, ...]] | None = None
+    r: np.ndarray | None = None
+    for (t, shape, e), w in j.work_by_config.items():
+        if (t, shape) != config:
+            config, r = (t, shape), _batch_rates(app, akey, t, shape, own) if t in thr and shape else None
+        if r is not None:
+            v = w / float(r[e if e < len(r) else len(r) - 1])
+            acc = v if acc is None else acc + v
+    if j.work_tail is not None:
+        t, shape, first, last, progress = j.work_tail
+        r = _batch_rates(app, akey, t, shape, own) if t in thr and shape else None
+        if r is not None and last > first:
+            key = (akey, t, shape, own, len(work))
+            r_at = _RATE_AT.get(key)
+            if r_at is None:
+                r_at = _RATE_AT[key] = r[np.minimum(np.arange(len(work)), len(r) - 1)]
+            tail = work[first:last] if progress <= j.bounds[first] else j.tail_entries()[2]  # type: ignore[index]
+            per = tail / r_at[first:last]
+            acc = float(np.add.accumulate(per if acc is None else np.concatenate(([acc], per)))[-1])
+    return 0.0 if acc is None else acc
+
+
+def _batch_rates(app: Application, akey: int, t: str, shape: tuple[int, ...], own: int) -> np.ndarray:
+    r = _BEST.get((akey, t, shape, own))
+    return r if r is not None else best_batch_rates(app, t, shape, own)
 
 
 DECOMPOSITION = ["queued", "restarting", "running", "best", "loss_gpus", "loss_batch"]

@@ -112,6 +112,9 @@ class Simulator:
         self._pending_sorted = True
         self._pending_proxy: Mapping[JobId, JobView] = MappingProxyType(self.pending_views)
         self.stale: set[JobId] = set()
+        # read-only views of the dicts above, made once: (jobs, running, the free-GPU dict they show, its view)
+        self._proxies = (MappingProxyType(self.views), MappingProxyType(self.running_views), None,
+                         MappingProxyType({}))
 
     @property
     def now(self) -> float:
@@ -198,9 +201,11 @@ class Simulator:
                 self.pending_views[jid] = v
         self.stale.clear()
         self.usage.sync(self.node_set, (job.allocation for job in self.running.values()))
-        return ClusterSnapshot(self.now, self.nodes, MappingProxyType(self.views), self.reclaim_demand,
-                               MappingProxyType(self.running_views), MappingProxyType(self.usage.free),
-                               self.usage.snapshot_copy(), self._pending)
+        free = self.usage.free
+        if self._proxies[2] is not free:  # (a new free-GPU dict when the node set changed)
+            self._proxies = (self._proxies[0], self._proxies[1], free, MappingProxyType(free))
+        return ClusterSnapshot(self.now, self.nodes, self._proxies[0], self.reclaim_demand, self._proxies[1],
+                               self._proxies[3], self.usage.snapshot_copy(), self._pending)
 
     def _pending(self) -> Mapping[JobId, JobView]:
         """Active jobs without GPUs in submission order (`ClusterSnapshot.pending`): put back in order only

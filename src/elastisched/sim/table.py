@@ -17,7 +17,6 @@ import io
 import math
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,55 +48,6 @@ def _cell(v: Any, kind: str) -> str:
     if isinstance(v, float):
         return repr(v)
     return str(v)
-
-
-class WorkLog(Mapping[tuple[str, tuple[int, ...], int], float]):
-    """A finished job's `work_by_config` (progress per (GPU type, shape, epoch)) followed by its `work_tail`
-    (the whole epochs it finished in one go, `engine.jobstate.JobState.work_tail`), read-only and compact:
-    ~14 bytes an entry instead of ~130 for a dict of tuples, same keys, same order, same values. A 74k-job
-    Philly replay keeps ~4 million such entries until the results are collected."""
-
-    __slots__ = ("_configs", "_epoch", "_which", "_work")
-
-    def __init__(self, work: Mapping[tuple[str, tuple[int, ...], int], float],
-                 tail: tuple[tuple[str, tuple[int, ...]], np.ndarray, np.ndarray] | None = None) -> None:
-        """`work` and, after it, `tail`: ((GPU type, shape), epochs, work per epoch), `JobState.tail_entries`."""
-        keys = list(work)
-        pairs = list(map(itemgetter(0, 1), keys))
-        index = {p: i for i, p in enumerate(dict.fromkeys(pairs))}
-        if tail is not None:
-            index.setdefault(tail[0], len(index))
-        self._configs: list[tuple[str, tuple[int, ...]]] = list(index)
-        self._which = (np.zeros(len(keys), dtype=np.int32) if len(index) == 1  # one configuration (most jobs)
-                       else np.fromiter(map(index.__getitem__, pairs), dtype=np.int32, count=len(keys)))
-        self._epoch = np.fromiter(map(itemgetter(2), keys), dtype=np.int64, count=len(keys))
-        self._work = np.fromiter(work.values(), dtype=float, count=len(keys))
-        if tail is not None:
-            config, epochs, done = tail
-            self._which = np.concatenate([self._which, np.full(len(epochs), index[config], dtype=np.int32)])
-            self._epoch = np.concatenate([self._epoch, epochs])
-            self._work = np.concatenate([self._work, done])
-
-    def arrays(self) -> tuple[list[tuple[str, tuple[int, ...]]], np.ndarray, np.ndarray, np.ndarray]:
-        """(configs, config index per entry, epoch per entry, work per entry), in insertion order."""
-        return self._configs, self._which, self._epoch, self._work
-
-    def __len__(self) -> int:
-        return len(self._work)
-
-    def __iter__(self) -> Iterator[tuple[str, tuple[int, ...], int]]:
-        for w, e in zip(self._which.tolist(), self._epoch.tolist(), strict=True):
-            yield (*self._configs[w], e)
-
-    def __getitem__(self, key: tuple[str, tuple[int, ...], int]) -> float:
-        for k, v in self.items():
-            if k == key:
-                return v
-        raise KeyError(key)
-
-    def items(self) -> Iterator[tuple[tuple[str, tuple[int, ...], int], float]]:  # type: ignore[override]
-        for w, e, v in zip(self._which.tolist(), self._epoch.tolist(), self._work.tolist(), strict=True):
-            yield (*self._configs[w], e), v
 
 
 class Rows:
@@ -148,13 +98,17 @@ class Table:
         self._nums = [i for i, c in enumerate(self.columns) if c not in text]
         self._values = array("d")
         self._strings: list[list[Any]] = [[] for _ in self._text]
-        self._integral = set(range(len(self._nums)))  # numeric columns (by position among them) all ints so far
+        self._integral = tuple(range(len(self._nums)))  # numeric columns (by position among them) all ints so far
         self.rows = 0
 
     def append(self, numbers: Sequence[float | int | None], text: Sequence[Any] = ()) -> None:
         """One row: its numeric cells in `numeric` order, its text cells in `text` order."""
-        if self._integral:
-            self._integral = {i for i in self._integral if _is_int(numbers[i])}
+        if self._integral:  # (after the first rows, only the columns that really hold ints are looked at)
+            for i in self._integral:
+                v = numbers[i]
+                if type(v) is not int or not -_EXACT <= v <= _EXACT:
+                    self._integral = tuple(i for i in self._integral if _is_int(numbers[i]))
+                    break
         try:
             self._values.extend(numbers)
         except TypeError:  # a missing value (None): NaN; anything else is not a number
@@ -195,8 +149,11 @@ class Table:
         return Columns(self.columns, out, self.rows)
 
 
+_EXACT = 2**53  # ints up to this are stored exactly as float64
+
+
 def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and abs(v) <= 2**53
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and -_EXACT <= v <= _EXACT
 
 
 def _number(v: Any) -> float:

@@ -20,6 +20,7 @@ class ClusterUsage:
         self.free: dict[str, int] = {}
         self.node_used = np.zeros(0, dtype=np.int64)
         self._for: NodeSet | None = None
+        self._copy: np.ndarray | None = None  # the last `snapshot_copy`, while `node_used` is unchanged
 
     def sync(self, nodes: NodeSet, running: Iterable[Allocation]) -> None:
         """Rebuild `node_used` and `free` for `nodes` when they are of another node set."""
@@ -28,6 +29,7 @@ class ClusterUsage:
         pos, types = nodes.position, nodes.gpu_type
         self.node_used = np.zeros(len(nodes), dtype=np.int64)
         self.free = dict(nodes.capacity)
+        self._copy = None
         for alloc in running:
             for n, g in alloc.placement:
                 i = pos.get(n)
@@ -45,6 +47,7 @@ class ClusterUsage:
         if self._for is not nodes:
             return
         pos, types = nodes.position, nodes.gpu_type
+        self._copy = None
         for n, g in alloc.placement:
             i = pos.get(n)
             if i is not None:
@@ -52,7 +55,8 @@ class ClusterUsage:
                 self.free[types[n]] -= sign * g
 
     def snapshot_copy(self) -> np.ndarray:
-        """A read-only copy of `node_used` for a policy's snapshot."""
-        used = self.node_used.copy()
-        used.flags.writeable = False
-        return used
+        """A read-only copy of `node_used` for a policy's snapshot (the same one until the usage changes)."""
+        if self._copy is None:
+            self._copy = self.node_used.copy()
+            self._copy.flags.writeable = False
+        return self._copy
