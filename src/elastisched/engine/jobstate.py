@@ -91,7 +91,8 @@ def new_state(spec: JobSpec, app: Application | None, now: float) -> JobState:
     if app is None:
         return JobState(spec, app, [0.0, 1.0], updated=now)
     arr = app.epoch_end * spec.work_scale
-    return JobState(spec, app, arr.tolist(), updated=now, _bounds_np=arr)
+    bounds = arr.tolist()
+    return JobState(spec, app, bounds, updated=now, declared=bounds[-1], _bounds_np=arr)
 
 
 @dataclass(slots=True, eq=False)
@@ -130,6 +131,7 @@ class JobState:
     rates: np.ndarray | None = None  # progress/s per epoch for the current config
     observed: dict[int, float] = field(default_factory=dict)  # GPUs -> samples/s measured
     grad_stats: tuple[float, float] | None = None  # (|E g|², tr(Σ) per sample) the job measured (live hints)
+    declared: float | None = None  # the work the job declared (`JobView.declared_work`); None: no length given
     gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
     view: JobView | None = None
     _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
@@ -327,5 +329,5 @@ class JobState:
                 updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
                 num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
                 observed_throughput=MappingProxyType(dict(self.observed)), samples_done=self.samples,
-                model=self.app, grad_stats=self.grad_stats)
+                model=self.app, grad_stats=self.grad_stats, declared_work=self.declared)
         return self.view

@@ -26,8 +26,7 @@ import itertools
 import math
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -37,40 +36,18 @@ from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
 from elastisched.core.nodes import node_set
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
-from elastisched.engine.jobstate import INF, RECONFIGURE_COST, JobState, new_state
+from elastisched.engine.jobstate import INF, JobState, new_state
 from elastisched.engine.loop import Engine, RoundResult
 from elastisched.engine.overrides import admin_resize, pin
-from elastisched.loaning.timeline import LoanPlan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
+from elastisched.sim.config import SimConfig
 from elastisched.sim.metrics import SimResult, add_job_row, collect, job_table, servers_per_type, timeline_table
 from elastisched.sim.usage import ClusterUsage
 from elastisched.workloads.schema import Workload
 
 ARRIVAL, COMPLETION, LOAN, FAILURE, RESIZE = 0, 1, 2, 3, 4
 SimJob = JobState  # the simulator keeps the engine's bookkeeping object per job
-
-
-@dataclass
-class SimConfig:
-    seed: int = 0
-    restart_cost: float | None = None  # None = each application's own (30 s default)
-    # an in-place resize (a running job keeps some of its GPUs) costs this instead; None = the restart cost
-    resize_cost: float | None = None
-    # a change of batch / local batch / accumulation on the very same GPUs costs this and is no restart
-    # (JABAS, AdaptDL, the training library: in place; engine.jobstate.change_kind); None = as any other change
-    reconfigure_cost: float | None = RECONFIGURE_COST
-    check_invariants: bool = True
-    max_time: float = INF
-    loans: LoanPlan | None = None  # loanable inference servers over time (`loaning.timeline`)
-    progress: Callable[[float, int, int], None] | None = None  # (sim time, finished, total)
-    options: dict[str, Any] = field(default_factory=dict)
-    failures: tuple[tuple[float, JobId], ...] = ()  # (time, job): the job fails (ends, not finished)
-    admin_resizes: tuple[tuple[float, JobId, int], ...] = ()  # (time, job, GPUs): an admin resize (API)
-    on_round: Callable[[ClusterSnapshot, RoundResult], None] | None = None  # observer (drift test, debugging)
-    # keep every finished job's `JobState` in `Simulator.done` (tests, debugging); by default a job leaves only
-    # its row of jobs.csv behind, so memory does not grow with the jobs a long replay has finished
-    keep_finished: bool = False
 
 
 class Simulator:
@@ -139,6 +116,8 @@ class Simulator:
 
     def _arrive(self, spec: Any) -> None:
         job = new_state(spec, self.models.app(spec.application), now := self.now)
+        if not self.cfg.length_estimate.is_exact:
+            job.declared = self.cfg.length_estimate.declared(job.total, spec.job_id, self.cfg.seed)
         self.jobs[spec.job_id] = job
         v = self.views[spec.job_id] = job.make_view(now)  # insertion order = submission order
         self.pending_views[spec.job_id] = v
