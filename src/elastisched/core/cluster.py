@@ -52,7 +52,8 @@ def pai_cluster(profiled: Collection[str] = ("t4",)) -> tuple[NodeView, ...]:
     mapping = pai_type_map(profiled)
     nodes: list[NodeView] = []
     for pai, g, n in PAI_MACHINES:
-        nodes.extend(NodeView(f"{pai.lower()}-{k}", mapping[pai], g, Pool.TRAIN, len(nodes) + k) for k in range(n))
+        first = len(nodes)
+        nodes.extend([NodeView(f"{pai.lower()}-{k}", mapping[pai], g, Pool.TRAIN, first + k) for k in range(n)])
     return tuple(nodes)
 
 
