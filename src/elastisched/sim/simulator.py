@@ -89,6 +89,8 @@ class Simulator:
         self._pending_sorted = True
         self._pending_proxy: Mapping[JobId, JobView] = MappingProxyType(self.pending_views)
         self.stale: set[JobId] = set()
+        self._arrived: list[JobId] = []  # jobs that arrived since the last snapshot (its `changed`, with the stale)
+        self._serial = 0  # snapshots made
         # read-only views of the dicts above, made once: (jobs, running, the free-GPU dict they show, its view)
         self._proxies = (MappingProxyType(self.views), MappingProxyType(self.running_views), None,
                          MappingProxyType({}))
@@ -121,6 +123,7 @@ class Simulator:
         self.jobs[spec.job_id] = job
         v = self.views[spec.job_id] = job.make_view(now)  # insertion order = submission order
         self.pending_views[spec.job_id] = v
+        self._arrived.append(spec.job_id)
         self.engine.submitted(spec, now)
 
     def _complete(self, job: SimJob, failed: bool = False) -> None:
@@ -164,10 +167,12 @@ class Simulator:
             for jid, job in self.running.items():
                 job.advance(self.now)
                 self.stale.add(jid)
+        changed = [jid for jid in self._arrived if jid in self.jobs]  # (a failure may end a job before a round)
         for jid in sorted(self.stale):  # sorted: set order would depend on PYTHONHASHSEED
             job = self.jobs.get(jid)
             if job is None:
                 continue
+            changed.append(jid)
             job.view = None
             v = self.views[jid] = job.make_view(self.now)
             if job.allocation.gpus:
@@ -179,12 +184,16 @@ class Simulator:
                     self._pending_sorted = False  # stopped: back in the queue, at its submission position
                 self.pending_views[jid] = v
         self.stale.clear()
-        self.usage.sync(self.node_set, (job.allocation for job in self.running.values()))
+        if not self.usage.is_for(self.node_set):  # the node set changed (a loan came or went): rebuild the usage
+            self.usage.sync(self.node_set, (job.allocation for job in self.running.values()))
         free = self.usage.free
         if self._proxies[2] is not free:  # (a new free-GPU dict when the node set changed)
             self._proxies = (self._proxies[0], self._proxies[1], free, MappingProxyType(free))
+        self._arrived = []
+        self._serial += 1
         return ClusterSnapshot(self.now, self.nodes, self._proxies[0], self.reclaim_demand, self._proxies[1],
-                               self._proxies[3], self.usage.snapshot_copy(), self._pending)
+                               self._proxies[3], self.usage.snapshot_copy(), self._pending,
+                               tuple(dict.fromkeys(changed)) if len(changed) > 1 else tuple(changed), self._serial)
 
     def _pending(self) -> Mapping[JobId, JobView]:
         """Active jobs without GPUs in submission order (`ClusterSnapshot.pending`): put back in order only
@@ -255,7 +264,8 @@ class Simulator:
             job = self.jobs.get(jid)
             if job is not None:
                 job.reason = why
-        if self.reclaim_demand:
+        returned = self.reclaim_demand > 0
+        if returned:
             self._return_nodes(res)
         now, pos = self.now, self.node_set.position  # (the node set changes only in `_return_nodes`, above)
         for act in res.actions:
@@ -266,7 +276,7 @@ class Simulator:
                 if not job.allocation.placement:
                     continue  # already preempted by the reclaim
                 job.preemptions += 1
-            elif act.allocation.placement and any(n not in pos for n, _ in act.allocation.placement):
+            elif returned and act.allocation.placement and any(n not in pos for n, _ in act.allocation.placement):
                 # placed on a node that was just returned: the job waits for the next round, and gives up
                 # what it holds now, which the decision has handed to other jobs
                 if job.allocation.placement:
