@@ -196,7 +196,9 @@ def _fill(todo: list[tuple[JobId, Allocation]], snap: ClusterSnapshot, idx: Node
         job = snap.jobs.get(jid)
         types = (a.gpu_type,) if a.gpu_type else (job.spec.gpu_types if job is not None else ())
         m = idx.mask(types)
-        avail = free.copy() if m is None else np.where(m, free, 0)
+        # the GPUs it may take; any node: `free` itself (the loop below takes from both alike, so a copy would
+        # only mirror it)
+        avail = free if m is None else np.where(m, free, 0)
         need = a.num_gpus
         placement: list[tuple[str, int]] = []
         while need > 0:
@@ -207,7 +209,8 @@ def _fill(todo: list[tuple[JobId, Allocation]], snap: ClusterSnapshot, idx: Node
                                          f"only {a.num_gpus - need} free")
             take = have if have < need else need
             placement.append((snap.nodes[i].node_id, take))
-            avail[i] = have - take
+            if avail is not free:
+                avail[i] = have - take
             free[i] -= take
             need -= take
         out[jid] = Allocation(tuple(placement), 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)

@@ -22,6 +22,10 @@ class ClusterUsage:
         self._for: NodeSet | None = None
         self._copy: np.ndarray | None = None  # the last `snapshot_copy`, while `node_used` is unchanged
 
+    def is_for(self, nodes: NodeSet) -> bool:
+        """Whether `node_used` and `free` are of `nodes` (else `sync` rebuilds them)."""
+        return self._for is nodes
+
     def sync(self, nodes: NodeSet, running: Iterable[Allocation]) -> None:
         """Rebuild `node_used` and `free` for `nodes` when they are of another node set."""
         if self._for is nodes:
