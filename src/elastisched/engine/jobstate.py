@@ -32,6 +32,7 @@ from elastisched.models.application import Application, BatchConfig
 from elastisched.models.iidp.pollux import iidp_iteration_time
 
 INF = float("inf")
+_NONE_OBSERVED: Mapping[int, float] = MappingProxyType({})  # the view of a job that has measured no throughput
 # A change of batch size / local batch / accumulation on the very same GPUs is applied in place by the
 # elastic runtime (AdaptDL; the training library's adaptive batch): no restart, by default no stall.
 RECONFIGURE_COST = 0.0
@@ -323,11 +324,12 @@ class JobState:
 
     def make_view(self, now: float) -> JobView:
         if self.view is None:
+            observed = MappingProxyType(dict(self.observed)) if self.observed else _NONE_OBSERVED
             self.view = JobView(
                 spec=self.spec, phase=self.phase(now), allocation=self.allocation, progress=self.progress,
                 total_work=self.total, epoch=self.epoch, attained_service=self.attained, run_time=self.run_time,
                 updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
                 num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
-                observed_throughput=MappingProxyType(dict(self.observed)), samples_done=self.samples,
-                model=self.app, grad_stats=self.grad_stats, declared_work=self.declared)
+                observed_throughput=observed, samples_done=self.samples, model=self.app, grad_stats=self.grad_stats,
+                declared_work=self.declared)
         return self.view

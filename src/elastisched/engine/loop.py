@@ -46,6 +46,8 @@ def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation], changes: Cha
          ) -> tuple[Action, ...]:
     """Actions that turn the current allocations of `snap` into `allocs` (`changes`: the placer's account of
     which jobs changed, so that only those are looked at)."""
+    if changes is not None and not changes.changed and not changes.released:
+        return ()  # every job keeps what it holds
     actions: list[Action] = []
     jobs = snap.jobs
     items = allocs.items() if changes is None else ((jid, allocs[jid]) for jid in changes.changed)

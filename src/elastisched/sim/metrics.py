@@ -259,8 +259,13 @@ def _at_best_batch(j: JobState, app: Application, work: np.ndarray) -> float:
             if r_at is None:
                 r_at = _RATE_AT[key] = r[np.minimum(np.arange(len(work)), len(r) - 1)]
             tail = work[first:last] if progress <= j.bounds[first] else j.tail_entries()[2]  # type: ignore[index]
-            per = tail / r_at[first:last]
-            acc = float(np.add.accumulate(per if acc is None else np.concatenate(([acc], per)))[-1])
+            if acc is None:
+                acc = float(np.add.accumulate(tail / r_at[first:last])[-1])
+            else:  # the head's sum, then each tail entry after it: one sequential sum over [acc, entries...]
+                buf = np.empty(last - first + 1)
+                buf[0] = acc
+                np.divide(tail, r_at[first:last], out=buf[1:])
+                acc = float(np.add.accumulate(buf, out=buf)[-1])
     return 0.0 if acc is None else acc
 
 
