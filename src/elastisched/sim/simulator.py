@@ -1,8 +1,9 @@
 """Heap-based event simulator over a SimClock, driving the shared engine (DESIGN.md "Simulation semantics").
 
 Semantics (details and the reasons for each in docs/simulator.md):
-- events: arrivals, analytically computed completions, loan-capacity changes; stale completion events
-  (the job's allocation changed since) are skipped by version number;
+- events: arrivals (read from the workload in time order, first among the events of their instant),
+  analytically computed completions, loan-capacity changes; stale completion events (the job's allocation
+  changed since) are skipped by version number;
 - rounds: a policy with an `interval` is consulted on the tick grid k·interval, at the first tick at or
   after anything changed (or at its `next_round_at` hint; every tick when it gives none) — the Pollux
   artifact's 60 s loop, without its idle ticks; a policy without an interval is consulted right after each
@@ -16,7 +17,8 @@ Semantics (details and the reasons for each in docs/simulator.md):
   `engine.jobstate.change_kind` that the live service follows too;
 - each job counts the samples it really processes (`JobView.samples_done`: current samples/s × time
   outside restarts);
-- deterministic: events are ordered by (time, sequence number) and all randomness comes from the seed.
+- deterministic: events are ordered by (time, sequence number) and all randomness comes from the seed;
+- memory grows with the active jobs: a job's row of jobs.csv is made when it ends, and its state goes.
 """
 
 from __future__ import annotations
