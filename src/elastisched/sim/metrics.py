@@ -14,6 +14,9 @@ JCT decomposition (issue 13; docs/seeds.md): per job, `jct = queued + restarting
   policy gave the job more GPUs than its cap (a gain from extras).
 Progress is priced per (GPU type, shape, epoch) at the data-parallel rate of the slowest type (an IIDP
 allocation is priced as data parallel). Per policy (summary): GPU-hours running, restarting and idle.
+
+Batch guard rail (issue 21): per job `mean_batch`, the global batch weighted by the seconds it held GPUs at it,
+beside `requested_batch`; the summary's `mean_batch_vs_request` is the mean of their ratio over finished jobs.
 """
 
 from __future__ import annotations
@@ -85,6 +88,15 @@ def _mean(x: np.ndarray) -> float:
     """pandas' Series.mean, same arithmetic: NaN counted as 0 in the sum and left out of the count."""
     n = int(np.count_nonzero(~np.isnan(x)))
     return _nansum(x) / n if n else float("nan")
+
+
+def _batch_vs_request(jobs: Rows) -> float:
+    """Mean over finished jobs of the global batch they ran at (time-weighted) over the batch they asked for:
+    how far a policy's batch choices stray from the user's (issue 21's guard rail)."""
+    req = jobs.array("requested_batch")
+    ran = jobs.array("mean_batch")
+    ok = req > 0
+    return _mean(np.where(ok, ran, np.nan) / np.where(ok, req, 1.0))
 
 
 def _nansum(x: np.ndarray) -> float:
@@ -279,7 +291,7 @@ DECOMPOSITION = ["queued", "restarting", "running", "best", "loss_gpus", "loss_b
 
 JOB_COLUMNS = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
                "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION,
-               "restart_gpu_seconds"]
+               "restart_gpu_seconds", "mean_batch", "requested_batch"]
 _JOB_TEXT = ("job", "application", "state", "reason")
 TIMELINE_COLUMNS = ["t", "busy_gpus", "total_gpus", "loaned_servers"]
 
@@ -310,7 +322,8 @@ def add_job_row(table: Table, j: JobState, per_node: dict[str, tuple[int, int]])
     waited = (start or end) - spec.submit_time
     table.append((spec.submit_time, start, end, end - spec.submit_time, waited, spec.num_gpus, j.attained,
                   j.attained / j.run_time if j.run_time else 0.0, j.run_time, max(j.launches - 1, 0), j.preemptions,
-                  *decompose(j, per_node), j.restart_gpu_seconds),
+                  *decompose(j, per_node), j.restart_gpu_seconds,
+                  j.batch_seconds / j.run_time if j.run_time else math.nan, spec.batch_size),
                  # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
                  (spec.job_id, spec.application, j.phase(end).value,
                   j.reason or (PendingReason.PRIORITY.value if waited > 0 else "")))
@@ -365,6 +378,7 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
         "policy_config": {"interval": sim.policy.interval, **sim.ctx.options},
         # JCT decomposition, mean seconds per finished job (module docstring) and GPU-hours by use
         "decomposition": {k: _mean(jobs.array(k)) for k in DECOMPOSITION},
+        "mean_batch_vs_request": _batch_vs_request(jobs),
         "gpu_hours": {"available": avail / 3600, "running": (busy - restart_gs) / 3600,
                       "restarting": restart_gs / 3600, "idle": (avail - busy) / 3600},
     }
