@@ -115,7 +115,8 @@ class Allocation:
     gpus: int = field(init=False, repr=False, compare=False)  # derived: GPUs placed, or asked for when open
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", sum(g for _, g in self.placement) if self.placement else self.num_gpus)
+        p = self.placement  # (one node, the common case, without a generator)
+        object.__setattr__(self, "gpus", (p[0][1] if len(p) == 1 else sum(g for _, g in p)) if p else self.num_gpus)
 
     @property
     def is_open(self) -> bool:

@@ -138,12 +138,22 @@ class JobState:
     view: JobView | None = None
     _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
     _bounds_np: np.ndarray | None = None
+    _epoch_work: np.ndarray | None = None
 
     @property
     def bounds_arr(self) -> np.ndarray:
         if self._bounds_np is None:
             self._bounds_np = np.asarray(self.bounds, dtype=float)
         return self._bounds_np
+
+    @property
+    def epoch_work(self) -> np.ndarray:
+        """Each epoch's work, `bounds[e + 1] - bounds[e]` (read-only; made once per job)."""
+        if self._epoch_work is None:
+            b = self.bounds_arr
+            self._epoch_work = b[1:] - b[:-1]  # np.diff, without its wrapper
+            self._epoch_work.flags.writeable = False
+        return self._epoch_work
 
     @property
     def total(self) -> float:
@@ -313,9 +323,12 @@ class JobState:
             return now
         self.rate(e)
         assert self.rates is not None
-        b = self.bounds_arr
-        work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
-        work[0] = b[e + 1] - self.progress
+        if self.progress == self.bounds[e]:  # at an epoch's start (a fresh job): each epoch's whole work
+            work = self.epoch_work[e:]
+        else:
+            b = self.bounds_arr
+            work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
+            work[0] = b[e + 1] - self.progress
         return now + float(np.add.reduce(work / self.rates[e:last]))  # (ndarray.sum, without its wrapper)
 
     def phase(self, now: float) -> JobPhase:

@@ -85,7 +85,8 @@ def _place_kept(allocs: KeptAllocations, snap: ClusterSnapshot, idx: NodeIndex
     jobs = snap.jobs
     changes = Changes([], [])
     todo: list[tuple[JobId, Allocation]] = []
-    free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+    used = snap.node_used
+    free = idx.capacity - (used if isinstance(used, np.ndarray) else np.asarray(used, dtype=np.int64))
     for jid in allocs.released:  # (released before any is placed, as below: GPU counts add up in any order)
         changes.released.append(jid)
         for n, g in jobs[jid].allocation.placement:
@@ -202,8 +203,8 @@ def _fill(todo: list[tuple[JobId, Allocation]], snap: ClusterSnapshot, idx: Node
         need = a.num_gpus
         placement: list[tuple[str, int]] = []
         while need > 0:
-            i = int(np.argmax(avail))  # first maximum = lowest index among the most free
-            have = int(avail[i])
+            i = int(avail.argmax())  # first maximum = lowest index among the most free
+            have = avail.item(i)
             if have <= 0:  # what it took so far was all there was (`free` is the caller's scratch copy)
                 raise InvariantViolation(f"job {jid}: asks {a.num_gpus} GPUs of types {types or 'any'}, "
                                          f"only {a.num_gpus - need} free")

@@ -217,7 +217,10 @@ def _elementwise_max(rates: list[np.ndarray]) -> np.ndarray:
     return np.max([r[:n] for r in rates], axis=0)
 
 
+@lru_cache(maxsize=65536)
 def _balanced(g: int, k: int) -> tuple[int, ...]:
+    """`g` GPUs over `k` servers as evenly as they go (the first `g % k` take one more); cached: the best rates
+    of every batch read the same shapes."""
     return tuple(g // k + (i < g % k) for i in range(k))
 
 
@@ -230,15 +233,15 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float,
     app = j.app
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
         return jct - j.run_time, j.restart_time, running, nan, nan, nan
-    bounds = j.bounds_arr
-    work = bounds[1:] - bounds[:-1]  # each epoch's work (np.diff without its wrapper: same arithmetic)
-    at_best_batch = _at_best_batch(j, app, work)
+    work = j.epoch_work
+    akey = _app_key(app)
+    at_best_batch = _at_best_batch(j, app, akey, work)
     t = max(j.gpu_seconds_by_type, key=j.gpu_seconds_by_type.__getitem__)
     if t not in app.profile.throughput:
         return jct - j.run_time, j.restart_time, running, nan, nan, nan
     n = len(work)
     servers = per_node.get(t, (1, 1))
-    key = (_app_key(app), t, j.spec.gpu_cap, j.spec.batch_size, servers, n)
+    key = (akey, t, j.spec.gpu_cap, j.spec.batch_size, servers, n)
     best_at = _BEST_AT.get(key)
     if best_at is None:
         best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *servers)
@@ -247,12 +250,12 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float,
     return jct - j.run_time, j.restart_time, running, best, at_best_batch - best, running - at_best_batch
 
 
-def _at_best_batch(j: JobState, app: Application, work: np.ndarray) -> float:
+def _at_best_batch(j: JobState, app: Application, akey: int, work: np.ndarray) -> float:
     """Σ over the job's work log (`work_by_config`, then the whole epochs of its `work_tail`), in the log's
     order, of each entry's work / the best-batch rate of its configuration at its epoch, summed one after
     another (configurations without a profile of their GPU type left out). `work`: each epoch's work, which
     is a tail epoch's (`JobState.tail_entries`) whenever the tail starts at or after the progress it began at."""
-    thr, own, akey = app.profile.throughput, j.spec.batch_size, _app_key(app)
+    thr, own = app.profile.throughput, j.spec.batch_size
     acc: float | None = None
     config: tuple[str, tuple[int, ...]] | None = None
     r: np.ndarray | None = None

@@ -20,7 +20,7 @@ class ClusterUsage:
         self.free: dict[str, int] = {}
         self.node_used = np.zeros(0, dtype=np.int64)
         self._for: NodeSet | None = None
-        self._copy: np.ndarray | None = None  # the last `snapshot_copy`, while `node_used` is unchanged
+        self._copy: np.ndarray | None = None  # the read-only view of `node_used` (`snapshot_copy`)
 
     def is_for(self, nodes: NodeSet) -> bool:
         """Whether `node_used` and `free` are of `nodes` (else `sync` rebuilds them)."""
@@ -51,7 +51,6 @@ class ClusterUsage:
         if self._for is not nodes:
             return
         pos, types = nodes.position, nodes.gpu_type
-        self._copy = None
         for n, g in alloc.placement:
             i = pos.get(n)
             if i is not None:
@@ -59,8 +58,10 @@ class ClusterUsage:
                 self.free[types[n]] -= sign * g
 
     def snapshot_copy(self) -> np.ndarray:
-        """A read-only copy of `node_used` for a policy's snapshot (the same one until the usage changes)."""
+        """A read-only view of `node_used` for a round's snapshot (made once per node set). A view,
+        not a copy: the round reads it (the placer) before any of its changes is applied, and a snapshot is valid
+        for its round only (`ClusterSnapshot`); the copy of every node's count cost more than the round's work."""
         if self._copy is None:
-            self._copy = self.node_used.copy()
+            self._copy = self.node_used.view()
             self._copy.flags.writeable = False
         return self._copy
