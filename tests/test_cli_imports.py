@@ -36,7 +36,8 @@ def test_sim_run_imports_one_policy_and_no_heavy_library(tmp_path: Path) -> None
     assert not _top(mods) & {"pydantic", "scipy", "pandas", "matplotlib", "torch", "fastapi", "httpx", "yaml"}
     assert "typer._adapters" not in mods and "rich.progress" not in mods
     policies = {m for m in mods if m.startswith("elastisched.policies.") and "._placement" not in m}
-    assert policies == {"elastisched.policies.base", "elastisched.policies._common", "elastisched.policies.tiresias"}
+    assert policies == {"elastisched.policies.base", "elastisched.policies._common", "elastisched.policies.tiresias",
+                        "elastisched.policies.tiresias.policy", "elastisched.policies.tiresias.index"}
 
 
 def test_help_and_client_import_no_numpy() -> None:
