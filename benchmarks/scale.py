@@ -11,6 +11,17 @@ One file, several sections, each measured by a module beside this one that expos
 A run updates only the sections it ran (`--sections replay,decisions`), so one section can be measured again
 without the others; every section records when, on which commit and with how many BLAS threads it was measured.
 Time with one BLAS thread: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python benchmarks/scale.py --sections …`.
+`benchmarks/scale_plots.py` draws docs/scale.md's figures from the JSON.
+
+Schemas (besides each section's provenance: measured_at, commit, blas_threads, cpus, python):
+- `replay`: {workload, cluster, profiles, seed, repeat, runs: [{policy, jobs, seed, cluster, gpus, gpu_types,
+  cpu_s, wall_s (simulate() alone: the headline), load_cpu_s (generating the workload), peak_rss_mib (the whole
+  process), policy_s (inside policy.schedule, all rounds), rounds, events, finished, avg_jct, avg_queue,
+  decision_ms_p99, yardstick_s, cpu_samples, wall_samples, rss_samples, yardstick_samples}], growth: {policy:
+  {slope (of log CPU on log jobs; 1 = linear), cpu_us_per_job: {jobs: µs}}}, targets: {jobs, cpu_s,
+  peak_rss_mib}, met: {policy: bool}, load_average};
+- `decisions`: {points: [{policy, gpus, jobs, p50_s, p99_s, cpu_p99_s, budget_s (None: no time budget)}], …};
+- `philly`: {runs: [{policy, cluster, jobs, cpu_s, wall_s, peak_rss_mib, avg_jct}], …}.
 """
 
 from __future__ import annotations

@@ -35,3 +35,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 @pytest.fixture(scope="session")
 def models() -> PerfModels:
     return PerfModels.load()
+
+
+@pytest.fixture(scope="session")
+def slurm_session() -> Iterator[Any]:
+    """A real Slurm cluster (tests/slurm_cluster.py), started once per session by the first test that needs it
+    and torn down at the end, whatever happened. Needs root and Debian's Slurm packages (`.ci/run` installs
+    them): skipped without them, failed under CI=true."""
+    import os
+
+    from slurm_cluster import missing_tools, start_cluster
+
+    why = "needs root" if os.geteuid() != 0 else (f"Slurm not installed ({', '.join(missing_tools())} missing)"
+                                                    if missing_tools() else "")
+    if why:
+        if in_ci():
+            pytest.fail(f"CI=true: the Slurm tests cannot run: {why} (.ci/run installs slurmctld, slurmd, slurmdbd)")
+        pytest.skip(why)
+    c = start_cluster()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def slurm_cluster(slurm_session: Any) -> Iterator[Any]:
+    """The session's Slurm cluster, reset after the test (jobs cancelled, nodes up and resumed)."""
+    yield slurm_session
+    slurm_session.reset()

@@ -38,6 +38,7 @@ def test_sim_run_imports_one_policy_and_no_heavy_library(tmp_path: Path) -> None
     policies = {m for m in mods if m.startswith("elastisched.policies.") and "._placement" not in m}
     # the spec parser and option checks (issue 24) are light: inspect and typing only
     assert policies == {"elastisched.policies.base", "elastisched.policies._common", "elastisched.policies.tiresias",
+                        "elastisched.policies.tiresias.policy", "elastisched.policies.tiresias.index",
                         "elastisched.policies.plugins", "elastisched.policies.options"}
 
 

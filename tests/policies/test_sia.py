@@ -127,7 +127,8 @@ def _run(models: PerfModels, n: int, seed: int) -> tuple[pd.DataFrame, list[dict
     from elastisched.sim.simulator import Simulator
 
     sim = Simulator(_saturn_prefix(models, n), SiaPolicy(retune_batch=True),  # type: ignore[arg-type]
-                    parse_cluster(SIA_CLUSTER), models, SimConfig(seed=seed, reconfigure_cost=0.0))
+                    parse_cluster(SIA_CLUSTER), models, SimConfig(seed=seed, reconfigure_cost=0.0,
+                                                                    keep_finished=True))
     res = sim.run()
     return res.jobs, [dict(j.gpu_seconds_by_type) for j in sim.done]
 

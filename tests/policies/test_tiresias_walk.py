@@ -5,6 +5,9 @@ in lockstep on real simulations with many preemptions, demotions and loans, roun
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from elastisched.core.cluster import parse_cluster
@@ -13,7 +16,7 @@ from elastisched.engine.loop import RoundResult
 from elastisched.loaning import LoanPlan
 from elastisched.models import PerfModels
 from elastisched.policies._common import can_ever_fit, fits
-from elastisched.policies.tiresias import TiresiasPolicy
+from elastisched.policies.tiresias.policy import TiresiasPolicy
 from elastisched.sim import SimConfig, simulate
 from elastisched.workloads import load_workload
 
@@ -67,11 +70,25 @@ class ReferenceTiresias:
         return Decision(allocs, reasons)
 
 
+class CountingTiresias(TiresiasPolicy):
+    """Counts the groups its rounds added up as a whole (`index.py`) and the jobs in what they added up."""
+
+    skipped_groups = 0
+    skipped_jobs = 0
+
+    def _skipped_wake(self, rnd: Any) -> float:
+        from elastisched.policies.tiresias.index import Group
+
+        self.skipped_groups += sum(isinstance(s, Group) for s in rnd.skipped)
+        self.skipped_jobs += sum(s.count for s in rnd.skipped)
+        return super()._skipped_wake(rnd)
+
+
 def _lockstep(workload: str, cluster: str, threshold: float, loans: LoanPlan | None = None) -> dict[str, int]:
     models = PerfModels.load()
     ref = ReferenceTiresias(threshold)
-    seen = {"rounds": 0, "released": 0, "demoted": 0}
-    policy = TiresiasPolicy(threshold)
+    seen = {"rounds": 0, "released": 0, "demoted": 0, "skipped_jobs": 0, "skipped_groups": 0}
+    policy = CountingTiresias(threshold)
 
     def check(snap: ClusterSnapshot, res: RoundResult) -> None:
         want = ref.schedule(snap)
@@ -85,6 +102,8 @@ def _lockstep(workload: str, cluster: str, threshold: float, loans: LoanPlan | N
         seen["rounds"] += 1
         seen["released"] += len(got.allocations.released)
         seen["demoted"] = ref.demotions
+        seen["skipped_jobs"] = policy.skipped_jobs
+        seen["skipped_groups"] = policy.skipped_groups
 
     simulate(load_workload(workload, models), policy, parse_cluster(cluster), models,
              SimConfig(loans=loans, on_round=check))
@@ -101,6 +120,48 @@ def test_same_decisions_with_loans_coming_and_going() -> None:
     loans = LoanPlan(((0.0, 4), (3000.0, 1), (6000.0, 6), (12000.0, 0), (20000.0, 3)), "t4", 4)
     seen = _lockstep("pollux:workload-3", "4x4:t4", 3600.0, loans)
     assert seen["rounds"] > 100 and seen["released"] > 20, seen
+
+
+def test_blocks_added_up_whole_decide_as_the_plain_walk() -> None:
+    """Hundreds of jobs running at once: most rounds add whole blocks of running jobs up without walking them,
+    and every decision, wake-up and queue is still the plain walk's (preemptions and demotions included)."""
+    seen = _lockstep("philly:jobs=2500,seed=1,load=1.2,gpus=256", "64x4:t4", 3600.0 * 4)
+    assert seen["rounds"] > 300 and seen["released"] > 20 and seen["demoted"] > 50, seen
+    assert seen["skipped_jobs"] > 20 * seen["rounds"], seen
+
+
+def test_groups_and_blocks_of_a_few_jobs_decide_as_the_plain_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 3 jobs in groups of 2 blocks: both levels are added up whole, split and emptied many times a
+    run, and the decisions are still the plain walk's."""
+    from elastisched.policies.tiresias import index
+
+    monkeypatch.setattr(index, "BLOCK", 3)
+    monkeypatch.setattr(index, "GROUP", 2)
+    seen = _lockstep("philly:jobs=1500,seed=3,load=1.1,gpus=128", "32x4:t4", 3600.0 * 2)
+    assert seen["rounds"] > 300 and seen["released"] > 20 and seen["demoted"] > 50, seen
+    assert seen["skipped_groups"] > seen["rounds"] and seen["skipped_jobs"] > 5 * seen["rounds"], seen
+
+
+def _without_changes(schedule: Any) -> Any:
+    return lambda snap, ctx: schedule(dataclasses.replace(snap, changed=None), ctx)
+
+
+def test_wake_up_is_the_plain_walks() -> None:
+    """The round's wake-up (its next demotion) is the full walk's, to the bit, with blocks added up whole."""
+    models = PerfModels.load()
+    wl = load_workload("philly:jobs=1500,seed=2,load=0.9,gpus=256", models)
+    hints: dict[str, list[float | None]] = {}
+    for name, changes in (("blocks", True), ("plain", False)):
+        policy = TiresiasPolicy(3600.0 * 4)
+        got = hints[name] = []
+
+        def record(snap: ClusterSnapshot, res: RoundResult, got: list[float | None] = got) -> None:
+            got.append(res.decision.next_round_at)
+
+        if not changes:  # a body that reports no changes: the policy walks every job, as the live service has it
+            policy.schedule = _without_changes(policy.schedule)  # type: ignore[method-assign]
+        simulate(wl, policy, parse_cluster("64x4:t4"), models, SimConfig(on_round=record))
+    assert len(hints["blocks"]) > 300 and hints["blocks"] == hints["plain"]
 
 
 def test_reference_is_not_trivially_equal() -> None:

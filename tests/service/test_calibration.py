@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from elastisched.backends.base import JobHints, JobStarted
+from elastisched.backends.base import BackendBase, JobHints, JobStarted
 from elastisched.core.cluster import parse_cluster
 from elastisched.policies.base import make_policy, registered
 from elastisched.service.daemon import Service
@@ -80,7 +80,7 @@ def test_dead_times_from_step_logs(profiles: Path, cal: ModuleType) -> None:
     assert d[0]["dead_s"] == pytest.approx(5.0 - STEP1) and d[1]["dead_s"] == pytest.approx(3.97 - STEP2)
 
 
-class _Quiet:
+class _Quiet(BackendBase):
     """A backend that applies nothing (the test feeds events by hand)."""
 
     def __init__(self) -> None:

@@ -1,6 +1,7 @@
 """The elastisched policy through the real service (issue 21 "Live"): a loan offered, an elastic job that grows
 onto it, the loan reclaimed — and the job shrinks back to its training GPUs in a new generation at once
-(cause "resize"), never waiting SUSPENDED; it then finishes with exactly its steps. Local and Ray backends."""
+(cause "resize"), never waiting SUSPENDED; it then finishes with exactly its steps. Local, Ray and Slurm backends
+(serve's default policy on each)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import Any
 
 import pytest
 from _svc_helpers import EXAMPLE, ROOT, wait_for
-from test_e2e import BATCH, N, _args, _exact, _final, _steps
+from test_e2e import BATCH, N, _args, _exact, _final, _slurm_checks, _steps
 
 BACKENDS = ["local", pytest.param("ray", marks=pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                                                                  reason="ray not installed"))]
+                                                                  reason="ray not installed")), "slurm"]
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +36,21 @@ def test_a_reclaim_shrinks_the_elastic_job_instead_of_evicting_it(service_factor
     if backend == "ray":  # Ray's training t4 node has 2 slots; the loan is a loanable t4 node (2 slots)
         address = request.getfixturevalue("ray_cluster").address
         extra, t4 = ("--backend", "ray", "--ray-address", address), {"gpu_type": "t4"}
-    svc = service_factory(cluster="1x1:cpu", policy="elastisched", scripts_dir=ROOT, extra=extra)
+    env: dict[str, str] = {}
+    if backend == "slurm":  # a real Slurm (tests/slurm_cluster.py): n1 t4×2 + n2 t4×1 train, n3 t4×2 loanable
+        slurm = request.getfixturevalue("slurm_cluster")
+        (tmp_path / "shared").mkdir()
+        extra = ("--backend", "slurm", "--slurm", "partition=train", "--slurm", "loan-partition=loan",
+                 "--slurm", f"shared={tmp_path / 'shared'}")
+        env, t4 = {"SLURM_CONF": str(slurm.conf)}, {"gpu_type": "t4"}
+    svc = service_factory(cluster="1x1:cpu", policy="elastisched", scripts_dir=ROOT, extra=extra, env=env)
     if backend == "ray":
         from _ray_cluster import clean
 
         request.addfinalizer(lambda: (svc.stop(), clean(address)))
     svc.start()
     offer = svc.api("POST", "/v1/loans", json={"nodes": 1, "gpus_per_node": 2,
-                                               **({"gpu_type": "t4"} if backend == "ray" else {})})
+                                               **t4})
     assert offer.status_code == 201, offer.text
     loan = offer.json()[0]["node_id"]
     # elastic 1..4; its declared length (duration_s, the model-free fallback: linear speed-up) makes growth pay
@@ -53,18 +61,26 @@ def test_a_reclaim_shrinks_the_elastic_job_instead_of_evicting_it(service_factor
     assert r.status_code == 201, r.text
     jid = r.json()["id"]
     job = lambda: svc.job(jid)  # noqa: E731
-    on_loan = wait_for(lambda: (j := job())["state"] == "RUNNING" and any(n == loan for n, _ in j["placement"])
-                       and any(not n.startswith("loan-") for n, _ in j["placement"]) and _steps(log) and j, 120,
-                       "the job training on its training GPUs and the loan")
+    try:
+        on_loan = wait_for(lambda: (j := job())["state"] == "RUNNING" and any(n == loan for n, _ in j["placement"])
+                           and any(n != loan for n, _ in j["placement"]) and _steps(log) and j, 120,
+                           "the job training on its training GPUs and the loan")
+    except AssertionError as e:
+        j = job()
+        raise AssertionError(f"{e}; {len(_steps(log))} steps logged; state {j['state']}, reason {j['reason']}, "
+                             f"generations {j['generations']}; events {j['events'][-8:]}\n"
+                             f"{svc.log_text()[-3000:]}") from None
     gen = on_loan["generation"]
     assert svc.api("POST", "/v1/reclaims", json={"count": 1, "deadline_s": 30}).status_code == 202
     wait_for(lambda: svc.api("GET", "/v1/loans").json()["loans"][0]["state"] == "RETURNED", 60, "loan returned")
     after = wait_for(lambda: (j := job())["generation"] > gen and j["state"] == "RUNNING" and j, 60,
                      "the job running again")
-    assert all(not n.startswith("loan-") for n, _ in after["placement"]) and after["gpus"] < on_loan["gpus"]
+    assert all(n != loan for n, _ in after["placement"]) and after["gpus"] < on_loan["gpus"]
     nxt = next(g for g in after["generations"] if g["generation"] == gen + 1)
     # shrunk at once, in the round that returned the loan: a job stopped to wait would come back as "resume"
     assert nxt["cause"] == "resize", nxt
     done = wait_for(lambda: (j := job())["state"] in ("SUCCEEDED", "FAILED") and j, 300, "the job to end")
     assert done["state"] == "SUCCEEDED"
     assert _final(svc, jid)["steps"] == _exact(_steps(log), epochs) == epochs * N // BATCH
+    if backend == "slurm":  # the returned server was drained, then resumed for inference once empty
+        _slurm_checks(slurm, svc, {"e": jid}, loan)

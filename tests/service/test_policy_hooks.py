@@ -17,7 +17,7 @@ from elastisched.core.cluster import parse_cluster
 from elastisched.core.events import JobFinished
 from elastisched.core.types import JobId, JobSpec
 from elastisched.policies.base import make_policy
-from elastisched.policies.tiresias import TiresiasPolicy
+from elastisched.policies.tiresias.policy import TiresiasPolicy
 from elastisched.service.daemon import Service
 from elastisched.service.store import Store
 from fake_backend import InstantBackend

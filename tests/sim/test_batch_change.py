@@ -39,7 +39,7 @@ def _run(models: PerfModels, plan: tuple[tuple[float, tuple[tuple[str, int], ...
          **cfg: float | None) -> Simulator:
     spec = JobSpec("a", 0.0, "cifar10", 2, 512, work_scale=0.05)
     sim = Simulator(Workload("hand", (spec,), "test", "0"), _Plan(plan), parse_cluster("2x4:t4"), models,
-                    SimConfig(**cfg))  # type: ignore[arg-type]
+                    SimConfig(**cfg, keep_finished=True))  # type: ignore[arg-type]
     sim.run()
     return sim
 

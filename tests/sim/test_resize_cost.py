@@ -44,7 +44,7 @@ class _Plan(Policy):
 def _run(models: PerfModels, plan: tuple[tuple[float, tuple[tuple[str, int], ...]], ...],
          **cfg: float | None) -> Simulator:
     spec = JobSpec("a", 0.0, "cifar10", 2, 512, work_scale=0.05)
-    sim = Simulator(wl(spec), _Plan(plan), parse_cluster("2x4:t4"), models, SimConfig(**cfg))  # type: ignore[arg-type]
+    sim = Simulator(wl(spec), _Plan(plan), parse_cluster("2x4:t4"), models, SimConfig(**cfg, keep_finished=True))  # type: ignore[arg-type]
     sim.run()
     return sim
 
@@ -87,7 +87,7 @@ def test_resize_during_launch_does_not_cut_the_launch_short(models: PerfModels) 
 
 def test_samples_done_counts_processed_samples(models: PerfModels) -> None:
     spec = JobSpec("a", 0.0, "cifar10", 4, 512, min_gpus=4, max_gpus=4, work_scale=0.05)
-    sim = Simulator(wl(spec), make_policy("fifo"), parse_cluster("1x4:t4"), models, SimConfig())
+    sim = Simulator(wl(spec), make_policy("fifo"), parse_cluster("1x4:t4"), models, SimConfig(keep_finished=True))
     sim.run()
     job = sim.done[0]
     app = models.app("cifar10")

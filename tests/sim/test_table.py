@@ -3,8 +3,6 @@ pandas to write jobs.csv / timeline.csv)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from elastisched.sim.runner import run_policies, setup
@@ -28,40 +26,22 @@ def test_a_run_writes_what_pandas_would() -> None:
     assert len(r.jobs) == 25 and list(r.jobs.columns) == r.job_rows.columns
 
 
-def test_work_log_keeps_keys_order_and_values() -> None:
-    from elastisched.sim.table import WorkLog
-
-    work = {("t4", (4, 4), 0): 1.5, ("t4", (2,), 0): 0.25, ("t4", (4, 4), 1): 1e-3, ("v100", (4, 4), 1): 3.0}
-    log = WorkLog(work)
-    assert list(log.items()) == list(work.items()) and list(log) == list(work) and len(log) == 4
-    assert log["t4", (2,), 0] == 0.25 and dict(log) == work
-
-
-def test_work_log_tail_expands_to_whole_epochs() -> None:
-    """A finished job's run of whole epochs is kept as a range (`JobState.work_tail`); the log expands it to the
-    entries one per epoch would have given, after the dict's, in epoch order."""
+def test_tail_entries_are_the_whole_epochs_after_the_log() -> None:
+    """A finished job's run of whole epochs is kept as a range (`JobState.work_tail`); `tail_entries` expands it
+    to the entries one per epoch would have given, in epoch order."""
     import numpy as np
 
     from elastisched.core.types import JobSpec
     from elastisched.engine.jobstate import JobState
-    from elastisched.sim.table import WorkLog
 
     bounds = np.array([0.0, 1.0, 2.5, 4.0, 7.0])
-
-    def tail(gt: str, sh: tuple[int, ...], first: int, last: int, progress: float) -> Any:
-        job = JobState(JobSpec("j", 0.0, "cifar10", 1, 128), None, bounds.tolist(), work_tail=(gt, sh, first, last,
-                                                                                                 progress))
-        return job.tail_entries()
-
-    head = {("t4", (2,), 0): 0.75, ("t4", (4,), 0): 0.25}
-    log = WorkLog(head, tail("t4", (4,), 1, 4, 1.0))
-    want = head | {("t4", (4,), 1): 1.5, ("t4", (4,), 2): 1.5, ("t4", (4,), 3): 3.0}
-    assert list(log.items()) == list(want.items()) and len(log) == 5
-    configs, which, _, _ = log.arrays()
-    assert configs == [("t4", (2,)), ("t4", (4,))] and which.tolist() == [0, 1, 1, 1, 1]
-    # a tail in a configuration the dict does not have yet is a new one
-    assert list(WorkLog({}, tail("a100", (1,), 0, 2, 0.5)).items()) == [(("a100", (1,), 0), 0.5),
-                                                                       (("a100", (1,), 1), 1.5)]
+    job = JobState(JobSpec("j", 0.0, "cifar10", 1, 128), None, bounds.tolist(), work_tail=("t4", (4,), 1, 4, 1.0))
+    tail = job.tail_entries()
+    assert tail is not None and tail[0] == ("t4", (4,))
+    assert tail[1].tolist() == [1, 2, 3] and tail[2].tolist() == [1.5, 1.5, 3.0]
+    # begun past its first epoch's start (measured progress): that epoch's work is what was left of it
+    job.work_tail = ("t4", (4,), 1, 4, 1.5)
+    assert job.tail_entries()[2].tolist() == [1.0, 1.5, 3.0]  # type: ignore[index]
 
 
 def test_finishing_run_logs_every_epoch() -> None:
@@ -72,7 +52,6 @@ def test_finishing_run_logs_every_epoch() -> None:
     from elastisched.core.types import Allocation, JobSpec
     from elastisched.engine.jobstate import new_state
     from elastisched.models import PerfModels
-    from elastisched.sim.table import WorkLog
 
     models = PerfModels.load()
     spec = JobSpec("j", 0.0, "cifar10", 2, 128, work_scale=0.05)
@@ -84,7 +63,9 @@ def test_finishing_run_logs_every_epoch() -> None:
     job.advance(t_end, finishing=True)
     assert job.work_tail is not None and job.work_tail[2:4] == (mid + 1, len(job.bounds) - 1)
     assert max(e for _, _, e in job.work_by_config) == mid  # the epochs after it are the tail's alone
-    log = WorkLog(job.work_by_config, job.tail_entries())
-    _, _, epoch, work = log.arrays()
-    assert epoch.tolist() == list(range(len(job.bounds) - 1))
+    tail = job.tail_entries()
+    assert tail is not None
+    epochs = [e for _, _, e in job.work_by_config] + tail[1].tolist()
+    work = np.array(list(job.work_by_config.values()) + tail[2].tolist())
+    assert epochs == list(range(len(job.bounds) - 1))
     assert np.allclose(work, np.diff(job.bounds_arr)) and abs(work.sum() - job.total) < 1e-9 * job.total

@@ -31,6 +31,7 @@ class JobStarted:
     pids: tuple[tuple[int, int | None], ...] = ()
     devices: tuple[int | None, ...] = ()
     port: int | None = None
+    external_id: str = ""  # the scheduler's own id of this generation (`slurm:1234`), shown by `describe`
 
 
 # How a generation ended. succeeded: the job is done (rank 0 finished its work); failed: a rank failed (the
@@ -138,6 +139,11 @@ class Backend(Protocol):
         have no such channel."""
         ...
 
+    def lent(self, node_ids: Sequence[str]) -> None:
+        """The servers on loan to training now, told whenever that set changes (Slurm drains the ones that went
+        back); a no-op where the backend has nothing to do about loans."""
+        ...
+
 
 class BackendBase:
     """The defaults of the optional capabilities: no logs, virtual loans, no in-place batch channel. A backend
@@ -150,4 +156,7 @@ class BackendBase:
         return None
 
     def set_batch(self, job_id: JobId, batch_size: int) -> None:
+        return None
+
+    def lent(self, node_ids: Sequence[str]) -> None:
         return None

@@ -27,8 +27,7 @@ def serve(
     max_follows: int = typer.Option(32, "--max-follows", min=1, help="concurrent `logs --follow` streams"),
     profiles: Path = typer.Option(None, "--profiles", help="measured profiles (elastisched profile), one dir "
                                   "per application, used as performance models next to the bundled ones"),
-    backend: str = typer.Option("local", "--backend", help="local, ray (docs/ray.md), or fake: nodes that exist "
-                                "only in the service, jobs run by their model (docs/scale.md; no type: t4)"),
+    backend: str = typer.Option("local", "--backend", help="local, ray, slurm or fake (docs/ray, slurm, scale.md)"),
     fake_mtbf: float = typer.Option(None, "--fake-mtbf", help="fake: mean s until a generation fails"),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --backend ray: auto or HOST:PORT"),
     db_file: Path = typer.Option(None, "--db-file", help="file holding the database URL (a URL with a password "
@@ -46,6 +45,7 @@ def serve(
     job_python: str = typer.Option(None, "--job-python", help="interpreter jobs run under (default: this one)"),
     max_queued: int = typer.Option(1000, "--max-queued-per-user", min=1, help="queued jobs a user who is not an "
                                    "admin may have; more are refused with 429"),
+    slurm: list[str] = typer.Option([], "--slurm", help="--backend slurm: KEY=VALUE, repeatable (docs/slurm.md)"),
 ) -> None:
     """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
     from elastisched.core.errors import ConfigError, ElastischedError
@@ -66,7 +66,7 @@ def serve(
             scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
             profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address,
             policy_interval=policy_interval, jobs=jobs, db_file=None if db_file is None else str(db_file),
-            fake_mtbf_s=fake_mtbf)
+            fake_mtbf_s=fake_mtbf, slurm=tuple(slurm))
     except ElastischedError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -103,11 +103,13 @@ def serve_banner(host: str, port: int, workdir: Path, policy: str, cluster: str,
 
 
 def _jobs_line(mode: str, jobs: Any, backend: str) -> str:
-    if backend != "local":
+    if backend not in ("local", "slurm"):
         return f"jobs run as: the account of the {backend} nodes, not each user's (docs/security.md, Ray and Slurm)"
     if mode == "users":
         who = "es-<user>, created at its first launch" if jobs.create_users else "the account of the same name"
-        return f"jobs run as: each user's own Unix account ({'--user-map, else ' if jobs.user_map else ''}{who})"
+        how = " through sbatch --uid" if backend == "slurm" else ""
+        return (f"jobs run as: each user's own Unix account{how} ({'--user-map, else ' if jobs.user_map else ''}"
+                f"{who})")
     return ("WARNING: jobs run as this service's own account (--isolation none): a job can read the database, the "
             "token and other users' files; see docs/security.md")
 

@@ -1,4 +1,4 @@
-"""Cluster specifications: `16x4:t4`, `6x4:t4,2x8:a100,3x8:rtx`, or a dict/list loaded from YAML/JSON.
+"""Cluster specifications: `16x4:t4`, `6x4:t4,2x8:a100,3x8:rtx`, `pai`, or a dict/list loaded from YAML/JSON.
 
 Counts are bounded (`MAX_NODES` nodes in all, `MAX_GPUS_PER_NODE` per node) and checked before any node is
 built, so a typo such as `100000000x4` is an error rather than an unbounded allocation. Digits are ASCII
@@ -8,7 +8,7 @@ only and file entries must be real integers (not `true`, `2.5` or `"4"`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from elastisched.core.errors import ConfigError
@@ -20,6 +20,41 @@ _TYPE = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 _PART = re.compile(r"^\s*([0-9]{1,9})\s*x\s*([0-9]{1,9})\s*(?::\s*([A-Za-z0-9_.-]{1,32}))?\s*"
                    r"(?:@\s*(train|loanable))?\s*$")
 _KEYS = ("nodes", "gpus_per_node", "gpu_type", "pool")
+
+#: The GPU machines of Alibaba PAI in 2020 (alibaba/clusterdata `cluster-trace-gpu-v2020`, `pai_machine_spec.csv`,
+#: rows counted by `gpu_type` and `cap_gpu`): (PAI GPU type, GPUs per machine, machines). The file's other 83
+#: machines have no GPU. A derived table of counts, not the file (whose terms are research use).
+PAI_MACHINES: tuple[tuple[str, int, int], ...] = (
+    ("T4", 2, 497), ("P100", 2, 798), ("V100", 8, 104), ("V100M32", 8, 135), ("MISC", 8, 280))
+PAI_GPUS = sum(g * n for _, g, n in PAI_MACHINES)  # 6,742
+#: Each PAI GPU type priced as the first of these the run has profiles for (why: docs/scale.md, "The PAI
+#: cluster"): V100M32 is a V100 with 32 GB; a P100 trains at ~0.77 of a V100 (Gavel's measured throughputs),
+#: nearest the RTX 2080 Ti of Sia's profiles; MISC are older K40m / K80 / M60, slower than any profiled type.
+PAI_TYPE_MAP: dict[str, tuple[str, ...]] = {
+    "T4": ("t4",), "P100": ("rtx", "t4"), "V100": ("v100", "t4"), "V100M32": ("v100", "t4"), "MISC": ("t4",)}
+
+
+def pai_type_map(profiled: Collection[str]) -> dict[str, str]:
+    """The profiled type each PAI GPU type is priced as, given the types the run has profiles for."""
+    out = {}
+    for pai, choices in PAI_TYPE_MAP.items():
+        usable = [t for t in choices if t in profiled]
+        if not usable:
+            raise ConfigError("--cluster", "pai", f"no profile for any of {list(choices)} (PAI {pai} GPUs)")
+        out[pai] = usable[0]
+    return out
+
+
+def pai_cluster(profiled: Collection[str] = ("t4",)) -> tuple[NodeView, ...]:
+    """The PAI composition (`PAI_MACHINES`, 1,814 GPU machines, 6,742 GPUs), each type priced as
+    `pai_type_map(profiled)` says; nodes are named by their PAI type (`p100-17`), so the composition stays
+    readable whatever they are priced as."""
+    mapping = pai_type_map(profiled)
+    nodes: list[NodeView] = []
+    for pai, g, n in PAI_MACHINES:
+        first = len(nodes)
+        nodes.extend([NodeView(f"{pai.lower()}-{k}", mapping[pai], g, Pool.TRAIN, first + k) for k in range(n)])
+    return tuple(nodes)
 
 
 def _count(field: str, v: object, hi: int) -> int:
@@ -53,9 +88,13 @@ def _file_part(i: int, item: object, default_gpu_type: str) -> tuple[int, int, s
     return n, g, t.lower(), Pool(pool)
 
 
-def parse_cluster(spec: str | Sequence[Mapping[str, Any]], default_gpu_type: str = "t4") -> tuple[NodeView, ...]:
-    """Nodes named `<type>-<i>`; a part may end in `@loanable` for inference servers on loan."""
+def parse_cluster(spec: str | Sequence[Mapping[str, Any]], default_gpu_type: str = "t4",
+                  profiled: Collection[str] | None = None) -> tuple[NodeView, ...]:
+    """Nodes named `<type>-<i>`; a part may end in `@loanable` for inference servers on loan. `pai` names the
+    Alibaba PAI composition (`pai_cluster`), priced with the `profiled` GPU types (default: `default_gpu_type`)."""
     parts: list[tuple[int, int, str, Pool]] = []
+    if isinstance(spec, str) and spec.strip().lower() == "pai":
+        return pai_cluster(profiled if profiled is not None else (default_gpu_type,))
     if isinstance(spec, str):
         if not spec.strip():
             raise ConfigError("--cluster", spec, "empty cluster spec; expected e.g. 16x4:t4")

@@ -115,7 +115,8 @@ class Allocation:
     gpus: int = field(init=False, repr=False, compare=False)  # derived: GPUs placed, or asked for when open
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", sum(g for _, g in self.placement) if self.placement else self.num_gpus)
+        p = self.placement  # (one node, the common case, without a generator)
+        object.__setattr__(self, "gpus", (p[0][1] if len(p) == 1 else sum(g for _, g in p)) if p else self.num_gpus)
 
     @property
     def is_open(self) -> bool:
@@ -228,7 +229,8 @@ class ClusterSnapshot:
     aggregates a backend may pass so that policies and the placer need not recompute them from `jobs`; when
     absent they are derived.
     `reclaim_demand` is the number of loanable (inference) servers that must be returned now (Lyra); the
-    policy answers with `Decision.reclaim`.
+    policy answers with `Decision.reclaim`. `changed` and `serial` (the simulator's) let a policy stay O(changes)
+    across rounds without rereading every job.
     """
 
     now: float
@@ -239,6 +241,12 @@ class ClusterSnapshot:
     free: Mapping[str, int] | None = None
     node_used: Sequence[int] | None = None
     pending: Callable[[], Mapping[JobId, JobView]] | None = None
+    # the jobs whose view is not the one the body's previous snapshot held (arrived, or changed), in the order the
+    # body made them, and this snapshot's number (1, 2, ... per run): a policy that keeps per-job state across
+    # rounds updates it from these alone, and reads every job again when a number is skipped or `changed` is None
+    # (a body that does not track changes: every job may have changed)
+    changed: Sequence[JobId] | None = None
+    serial: int = 0
 
     def job(self, job_id: JobId) -> JobView:
         return self.jobs[job_id]

@@ -22,7 +22,7 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
     (`placer.Changes.changed`): the others would be skipped below anyway.
     """
     idx = node_index(snap.nodes)
-    used = idx.capacity * 0
+    used = idx.capacity * 0 if free is None else None  # with `free`, capacity is read from it below
     items = allocs.items() if only is None or free is None else ((jid, allocs[jid]) for jid in only)
     for jid, a in items:
         job = snap.jobs.get(jid)
@@ -48,9 +48,10 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
             if spec.gpu_types and snap.nodes[i].gpu_type not in spec.gpu_types:
                 raise InvariantViolation(f"job {jid}: node {n} has GPU type {snap.nodes[i].gpu_type}, "
                                          f"job allows {spec.gpu_types}")
-            used[i] += k
-    if free is not None:  # used = capacity - free exceeds capacity where free < 0
-        if not (free < 0).any():
+            if used is not None:
+                used[i] += k
+    if used is None:  # used = capacity - free exceeds capacity where free < 0
+        if free is None or not free.size or free.min() >= 0:
             return
         used = idx.capacity - free
     over = used > idx.capacity

@@ -32,6 +32,7 @@ from elastisched.models.application import Application, BatchConfig
 from elastisched.models.iidp.pollux import iidp_iteration_time
 
 INF = float("inf")
+_NONE_OBSERVED: Mapping[int, float] = MappingProxyType({})  # the view of a job that has measured no throughput
 # A change of batch size / local batch / accumulation on the very same GPUs is applied in place by the
 # elastic runtime (AdaptDL; the training library's adaptive batch): no restart, by default no stall.
 RECONFIGURE_COST = 0.0
@@ -88,8 +89,11 @@ def allocation_rates(app: Application, gpu_type: str, shape: tuple[int, ...], cf
 def new_state(spec: JobSpec, app: Application | None, now: float) -> JobState:
     """The state of a job that has just arrived (progress bounds scaled by its `work_scale`)."""
     # Python floats (the same products as numpy's, element by element): `advance` does scalar arithmetic on them
-    bounds = (app.epoch_end * spec.work_scale).tolist() if app is not None else [0.0, 1.0]
-    return JobState(spec, app, bounds, updated=now, declared=bounds[-1] if app is not None else None)
+    if app is None:
+        return JobState(spec, app, [0.0, 1.0], updated=now)
+    arr = app.epoch_end * spec.work_scale
+    bounds = arr.tolist()
+    return JobState(spec, app, bounds, updated=now, declared=bounds[-1], _bounds_np=arr)
 
 
 @dataclass(slots=True, eq=False)
@@ -134,12 +138,22 @@ class JobState:
     view: JobView | None = None
     _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
     _bounds_np: np.ndarray | None = None
+    _epoch_work: np.ndarray | None = None
 
     @property
     def bounds_arr(self) -> np.ndarray:
         if self._bounds_np is None:
             self._bounds_np = np.asarray(self.bounds, dtype=float)
         return self._bounds_np
+
+    @property
+    def epoch_work(self) -> np.ndarray:
+        """Each epoch's work, `bounds[e + 1] - bounds[e]` (read-only; made once per job)."""
+        if self._epoch_work is None:
+            b = self.bounds_arr
+            self._epoch_work = b[1:] - b[:-1]  # np.diff, without its wrapper
+            self._epoch_work.flags.writeable = False
+        return self._epoch_work
 
     @property
     def total(self) -> float:
@@ -309,10 +323,13 @@ class JobState:
             return now
         self.rate(e)
         assert self.rates is not None
-        b = self.bounds_arr
-        work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
-        work[0] = b[e + 1] - self.progress
-        return now + float((work / self.rates[e:last]).sum())
+        if self.progress == self.bounds[e]:  # at an epoch's start (a fresh job): each epoch's whole work
+            work = self.epoch_work[e:]
+        else:
+            b = self.bounds_arr
+            work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
+            work[0] = b[e + 1] - self.progress
+        return now + float(np.add.reduce(work / self.rates[e:last]))  # (ndarray.sum, without its wrapper)
 
     def phase(self, now: float) -> JobPhase:
         if self.end_time is not None:
@@ -323,11 +340,12 @@ class JobState:
 
     def make_view(self, now: float) -> JobView:
         if self.view is None:
+            observed = MappingProxyType(dict(self.observed)) if self.observed else _NONE_OBSERVED
             self.view = JobView(
                 spec=self.spec, phase=self.phase(now), allocation=self.allocation, progress=self.progress,
                 total_work=self.total, epoch=self.epoch, attained_service=self.attained, run_time=self.run_time,
                 updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
                 num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
-                observed_throughput=MappingProxyType(dict(self.observed)), samples_done=self.samples,
-                model=self.app, grad_stats=self.grad_stats, declared_work=self.declared)
+                observed_throughput=observed, samples_done=self.samples, model=self.app, grad_stats=self.grad_stats,
+                declared_work=self.declared)
         return self.view

@@ -46,6 +46,8 @@ def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation], changes: Cha
          ) -> tuple[Action, ...]:
     """Actions that turn the current allocations of `snap` into `allocs` (`changes`: the placer's account of
     which jobs changed, so that only those are looked at)."""
+    if changes is not None and not changes.changed and not changes.released:
+        return ()  # every job keeps what it holds
     actions: list[Action] = []
     jobs = snap.jobs
     items = allocs.items() if changes is None else ((jid, allocs[jid]) for jid in changes.changed)
@@ -96,7 +98,7 @@ class Engine:
         decision = self.policy.schedule(snap, self.ctx)
         latency = time.perf_counter() - t0
         placed, free, changes = place_changes(decision.allocations, snap)
-        if self.check_invariants:
+        if self.check_invariants and (free is not None or changes is None):  # (None: nothing changed to check)
             check(placed, snap, self.policy.elastic, free, None if changes is None else changes.changed)
         actions = diff(snap, placed, changes)
         if snap.reclaim_demand <= 0:

@@ -30,15 +30,16 @@ class NodeIndex:
         self.pos = node_set.position
         self.capacity = np.array([n.num_gpus for n in nodes], dtype=np.int64)
         self.types = np.array([n.gpu_type for n in nodes])
-        self.type_masks: dict[tuple[str, ...], np.ndarray] = {}
+        self.type_masks: dict[tuple[str, ...], np.ndarray | None] = {}
 
     def mask(self, types: tuple[str, ...]) -> np.ndarray | None:
+        """Nodes of `types`; None when that is every node (no types given, or a cluster of those types alone)."""
         if not types:
             return None
-        m = self.type_masks.get(types)
-        if m is None:
-            m = self.type_masks[types] = np.isin(self.types, list(types))
-        return m
+        if types not in self.type_masks:
+            m = np.isin(self.types, list(types))
+            self.type_masks[types] = None if m.all() else m
+        return self.type_masks[types]
 
 
 def node_index(nodes: tuple[NodeView, ...]) -> NodeIndex:
@@ -54,16 +55,19 @@ def place_with_free(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
                     ) -> tuple[dict[JobId, Allocation], np.ndarray]:
     """`place`, plus the free GPUs per node left afterwards (negative = over capacity)."""
     placed, free, _ = place_changes(allocs, snap)
+    if free is None:
+        free = node_index(snap.nodes).capacity - np.asarray(snap.node_used, dtype=np.int64)
     return placed if isinstance(placed, dict) else dict(placed), free
 
 
 def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
-                  ) -> tuple[Mapping[JobId, Allocation], np.ndarray, Changes | None]:
+                  ) -> tuple[Mapping[JobId, Allocation], np.ndarray | None, Changes | None]:
     """`place_with_free`, plus what changed (None when the snapshot carries no `node_used`).
 
     When the snapshot carries `node_used`, allocations that are the very objects the jobs hold now are
     taken as they are and cost nothing: a round costs O(changed jobs), not O(running jobs); the `Changes`
-    let the invariant check and the diff look at the changed jobs alone.
+    let the invariant check and the diff look at the changed jobs alone. The free GPUs are None when
+    nothing changed (a decision that keeps every running job and starts none: no per-node work at all).
     """
     idx = node_index(snap.nodes)
     if snap.node_used is None:
@@ -74,12 +78,15 @@ def place_changes(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
 
 
 def _place_kept(allocs: KeptAllocations, snap: ClusterSnapshot, idx: NodeIndex
-                ) -> tuple[Mapping[JobId, Allocation], np.ndarray, Changes]:
+                ) -> tuple[Mapping[JobId, Allocation], np.ndarray | None, Changes]:
     """Every running job keeps what it holds but the released ones: only those and the added are looked at."""
+    if not allocs.released and not allocs.added:
+        return allocs, None, Changes([], [])
     jobs = snap.jobs
     changes = Changes([], [])
     todo: list[tuple[JobId, Allocation]] = []
-    free = idx.capacity - np.asarray(snap.node_used, dtype=np.int64)
+    used = snap.node_used
+    free = idx.capacity - (used if isinstance(used, np.ndarray) else np.asarray(used, dtype=np.int64))
     for jid in allocs.released:  # (released before any is placed, as below: GPU counts add up in any order)
         changes.released.append(jid)
         for n, g in jobs[jid].allocation.placement:
@@ -190,18 +197,21 @@ def _fill(todo: list[tuple[JobId, Allocation]], snap: ClusterSnapshot, idx: Node
         job = snap.jobs.get(jid)
         types = (a.gpu_type,) if a.gpu_type else (job.spec.gpu_types if job is not None else ())
         m = idx.mask(types)
-        avail = free.copy() if m is None else np.where(m, free, 0)
+        # the GPUs it may take; any node: `free` itself (the loop below takes from both alike, so a copy would
+        # only mirror it)
+        avail = free if m is None else np.where(m, free, 0)
         need = a.num_gpus
         placement: list[tuple[str, int]] = []
         while need > 0:
-            i = int(np.argmax(avail))  # first maximum = lowest index among the most free
-            have = int(avail[i])
+            i = int(avail.argmax())  # first maximum = lowest index among the most free
+            have = avail.item(i)
             if have <= 0:  # what it took so far was all there was (`free` is the caller's scratch copy)
                 raise InvariantViolation(f"job {jid}: asks {a.num_gpus} GPUs of types {types or 'any'}, "
                                          f"only {a.num_gpus - need} free")
             take = have if have < need else need
             placement.append((snap.nodes[i].node_id, take))
-            avail[i] = have - take
+            if avail is not free:
+                avail[i] = have - take
             free[i] -= take
             need -= take
         out[jid] = Allocation(tuple(placement), 0, a.gpu_type, a.batch_size, a.local_batch, a.accumulation)

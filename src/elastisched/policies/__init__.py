@@ -1,5 +1,5 @@
 """Scheduling policies, registered by name (see `base.register`): one file per simple policy, one wing (a
-sub-package: `ones/`, `lyra/`, `jabas/`, `pollux/`, `sia/`) per system of several files.
+sub-package: `ones/`, `lyra/`, `jabas/`, `pollux/`, `sia/`, `tiresias/`) per system of several files.
 
 The package imports no policy module itself: `BUILTIN` names the module of each built-in policy, so that
 `make_policy("fifo")` imports `fifo.py` alone and no wing (a `sim run` then loads one policy, not every
@@ -30,7 +30,7 @@ BUILTIN: dict[str, str] = {
     "pollux": "pollux.policy",
     "sia": "sia.policy",
     "srtf": "srtf",
-    "tiresias": "tiresias",
+    "tiresias": "tiresias.policy",
 }
 
 __all__ = ["BUILTIN", "Policy", "PolicyContext", "elastisched", "fifo", "gavel", "jabas", "jabas_scaled", "lyra",

@@ -29,7 +29,6 @@ class FifoPolicy(Policy):
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         free = snap.free_by_type()
-        capacity = snap.capacity_by_type()
         if self._fit_for is not snap.nodes:  # can_ever_fit depends only on the node set: memoised per set
             self._fit_for, self._fit = snap.nodes, {}
         fit = self._fit
@@ -41,7 +40,7 @@ class FifoPolicy(Policy):
             key = (spec.gpu_types, spec.num_gpus)
             ok = fit.get(key)
             if ok is None:
-                ok = fit[key] = can_ever_fit(capacity, spec.gpu_types, spec.num_gpus)
+                ok = fit[key] = can_ever_fit(snap.capacity_by_type(), spec.gpu_types, spec.num_gpus)
             if not ok:
                 reasons[jid] = PendingReason.INFEASIBLE
                 continue

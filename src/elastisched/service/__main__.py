@@ -35,8 +35,8 @@ def main() -> None:
     ap.add_argument("--follow-idle", type=float, default=300.0, help="end a log follow after this long (s) "
                     "without new output")
     ap.add_argument("--profiles", default=None, help="measured application profiles (Pollux format), one dir each")
-    ap.add_argument("--backend", default="local", choices=["local", "ray", "fake"],
-                    help="local processes, a Ray cluster, or fake nodes that exist only in the service (scale tests)")
+    ap.add_argument("--backend", default="local", choices=["local", "ray", "slurm", "fake"],
+                    help="local processes, a Ray cluster, Slurm, or fake nodes that exist only in the service")
     ap.add_argument("--fake-mtbf", type=float, default=None, help="--backend fake: mean seconds until a running "
                     "generation fails (default: never)")
     ap.add_argument("--ray-address", default=None, help="Ray cluster (auto or HOST:PORT) for --backend ray")
@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--job-python", default=None, help="interpreter jobs run under (default: this one)")
     ap.add_argument("--max-queued-per-user", type=int, default=DEFAULT_MAX_QUEUED,
                     help="queued jobs a user who is not an admin may have (429 beyond)")
+    ap.add_argument("--slurm", action="append", default=[], help="--backend slurm, KEY=VALUE (repeatable): "
+                    "partition=, loan-partition=, account=, shared=DIR, arg=SBATCH_OPTION")
     a = ap.parse_args()
     jobs = JobsConfig(isolation=a.isolation, user_map=a.user_map, create_users=a.create_job_users,
                       job_env=tuple(a.job_env), python=a.job_python, max_queued=a.max_queued_per_user)
@@ -59,7 +61,7 @@ def main() -> None:
               scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries,
               profiles=a.profiles, max_follows=a.max_follows, follow_idle_s=a.follow_idle,
               backend=a.backend, ray_address=a.ray_address, policy_interval=a.policy_interval, jobs=jobs,
-              db_file=a.db_file, token_file=a.token_file, fake_mtbf_s=a.fake_mtbf)
+              db_file=a.db_file, token_file=a.token_file, fake_mtbf_s=a.fake_mtbf, slurm=tuple(a.slurm))
     except ElastischedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -143,6 +143,7 @@ class Service:
             loaned = [NodeView(n, t, g, Pool.LOANABLE, 0) for n, t, g in key]
             self._nodes = (key, tuple(NodeView(n.node_id, n.gpu_type, n.num_gpus, n.pool, i)
                                       for i, n in enumerate((*self.base_nodes, *loaned))))
+            self.backend.lent([n for n, _, _ in key])  # Slurm drains a server that went back
         return self._nodes[1]
 
     def nodes_changed(self, nodes: tuple[NodeView, ...]) -> None:

@@ -33,17 +33,19 @@ class JobsConfig:
 
     def mode(self, backend: str = "local") -> str:
         """`users` or `none` (what `auto` means here), or a ConfigError for a combination that cannot work. The
-        Ray backend runs every job as its nodes' account: `none` here (docs/security.md, "Ray and Slurm")."""
+        Ray backend runs every job as its nodes' account: `none` here (docs/security.md, "Ray and Slurm"); Slurm
+        runs each job as its user's account (`sbatch --uid`) when the service is root, as the local backend."""
         if self.isolation not in MODES:
             raise ConfigError("--isolation", self.isolation, f"must be one of {', '.join(MODES)}")
         if self.max_queued < 1:
             raise ConfigError("--max-queued-per-user", self.max_queued, "must be at least 1")
         mode = self.isolation
-        if backend != "local" and mode == "users":
+        own = backend in ("local", "slurm")  # backends that start jobs as other accounts
+        if not own and mode == "users":
             raise ConfigError("--isolation", "users", f"the {backend} backend runs every job as the account of its "
                               "nodes, not as each user's (docs/security.md)")
         if mode == "auto":
-            mode = "users" if can_switch_users() and backend == "local" else "none"
+            mode = "users" if can_switch_users() and own else "none"
         if mode == "users" and not can_switch_users():
             raise ConfigError("--isolation", "users", "the service must run as root to start jobs as other accounts "
                               "(docs/security.md: what a deployment without it can and cannot promise)")

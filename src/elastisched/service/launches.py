@@ -129,7 +129,10 @@ class Launches:
             fields |= {"started_at": e.time, "port": e.port}
         self.store.update_generation(e.job_id, e.generation, **fields)
         if e.adopted:
-            self.store.add_event(e.job_id, "adopted", {"generation": e.generation, "pids": fields["pids"]})
+            self.store.add_event(e.job_id, "adopted", {"generation": e.generation, "pids": fields["pids"],
+                                                       **({"external_id": e.external_id} if e.external_id else {})})
+        elif e.external_id:  # a generation another scheduler runs (Slurm): its id there, for `describe`
+            self.store.add_event(e.job_id, "backend_job", {"generation": e.generation, "external_id": e.external_id})
 
     def ended(self, e: GenerationEnded, row: dict[str, Any]) -> Outcome:
         self.store.update_generation(e.job_id, e.generation, state=GenerationState.EXITED,

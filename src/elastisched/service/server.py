@@ -32,7 +32,7 @@ from elastisched.service.logstream import Follows
 from elastisched.service.secret_inputs import TOKEN_ENV, check_admin_token, read_secret_file
 from elastisched.service.store import Store
 
-BACKENDS = ("local", "ray", "fake")
+BACKENDS = ("local", "ray", "slurm", "fake")
 log = logging.getLogger("elastisched.service")
 
 
@@ -71,7 +71,7 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           follow_idle_s: float = 300.0, backend: str = "local",
           ray_address: str | None = None, policy_interval: float | None = None,
           fake_mtbf_s: float | None = None, jobs: JobsConfig | None = None, db_file: str | None = None,
-          token_file: str | None = None) -> tuple[FastAPI, Service, str]:
+          token_file: str | None = None, slurm: Any = None) -> tuple[FastAPI, Service, str]:
     """The app, its service and the admin token. `jobs`: how jobs are isolated (`service/isolation.py`)."""
     jobs = jobs or JobsConfig()
     mode = jobs.mode(backend)
@@ -102,7 +102,7 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
         models = load_models(profiles_dir)
     store = Store(url)
     runner, nodes = _backend(backend, work, cluster, python, grace_s, ray_address, jobs, mode,
-                             fake=(models, fake_mtbf_s, seed))
+                             fake=(models, fake_mtbf_s, seed), slurm=slurm)
     service = Service(store, nodes, runner, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
                       policy_interval=policy_interval, models=models, profiles_dir=profiles_dir)
     follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
@@ -111,9 +111,15 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
 
 
 def _backend(backend: str, work: Path, cluster: str, python: str, grace_s: float, ray_address: str | None,
-             jobs: JobsConfig, mode: str, fake: tuple[Any, float | None, int]) -> tuple[Any, tuple[NodeView, ...]]:
-    """The backend and its nodes: local processes (run as each user's account in mode `users`), Ray, or fake
-    nodes that exist only in the service (`fake`: the models, mean time between failures, seed)."""
+             jobs: JobsConfig, mode: str, fake: tuple[Any, float | None, int],
+             slurm: Any = None) -> tuple[Any, tuple[NodeView, ...]]:
+    """The backend and its nodes: local processes (run as each user's account in mode `users`), Ray, Slurm
+    (`slurm`: the `--slurm KEY=VALUE` words), or fake nodes that exist only in the service (`fake`: the models,
+    mean time between failures, seed)."""
+    if backend == "slurm":  # the inventory comes from Slurm (--cluster is not used)
+        from elastisched.backends._slurm_setup import slurm_backend
+
+        return slurm_backend(work, jobs.python or python, grace_s, jobs, mode, slurm)
     if backend == "ray":  # the inventory comes from the Ray cluster; --cluster is not used
         from elastisched.backends.ray import RayBackend
 

@@ -22,7 +22,7 @@ beside `requested_batch`; the summary's `mean_batch_vs_request` is the mean of t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
@@ -35,7 +35,7 @@ from elastisched.core.types import NodeView, PendingReason
 from elastisched.engine.jobstate import JobState
 from elastisched.models.application import Application
 from elastisched.policies.base import Policy, PolicyContext
-from elastisched.sim.table import Rows, WorkLog
+from elastisched.sim.table import Rows, Table
 from elastisched.workloads.schema import Workload
 
 if TYPE_CHECKING:
@@ -49,9 +49,9 @@ class RunRecord(Protocol):
     @property
     def now(self) -> float: ...
     train_nodes: tuple[NodeView, ...]
-    done: list[JobState]
-    timeline: list[tuple[float, int, int, int]]
-    latencies: list[float]
+    job_rows: Table
+    timeline: Table
+    latencies: Sequence[float]
     reclaims: list[dict[str, Any]]
     events: int
     stalled: list[str]
@@ -110,14 +110,17 @@ _GROUPS: dict[tuple[Any, ...], np.ndarray | None] = {}
 _APPS: dict[int, Application] = {}
 #: `best_rates` read at each epoch of a job with `n` epochs (what `decompose` divides by), per its key and `n`
 _BEST_AT: dict[tuple[Any, ...], np.ndarray] = {}
+#: `best_batch_rates` read at each epoch of a job with `n` epochs, per its key and `n` (`_at_best_batch`)
+_RATE_AT: dict[tuple[Any, ...], np.ndarray] = {}
 
 
 def _app_key(app: Application) -> int:
-    if len(_BEST) + len(_GROUPS) + len(_BEST_AT) > 200_000:
+    if len(_BEST) + len(_GROUPS) + len(_BEST_AT) + len(_RATE_AT) > 200_000:
         _BEST.clear()
         _GROUPS.clear()
         _APPS.clear()
         _BEST_AT.clear()
+        _RATE_AT.clear()
     _APPS.setdefault(id(app), app)
     return id(app)
 
@@ -214,7 +217,10 @@ def _elementwise_max(rates: list[np.ndarray]) -> np.ndarray:
     return np.max([r[:n] for r in rates], axis=0)
 
 
+@lru_cache(maxsize=65536)
 def _balanced(g: int, k: int) -> tuple[int, ...]:
+    """`g` GPUs over `k` servers as evenly as they go (the first `g % k` take one more); cached: the best rates
+    of every batch read the same shapes."""
     return tuple(g // k + (i < g % k) for i in range(k))
 
 
@@ -227,68 +233,124 @@ def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float,
     app = j.app
     if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
         return jct - j.run_time, j.restart_time, running, nan, nan, nan
-    log = j.work_by_config if isinstance(j.work_by_config, WorkLog) else WorkLog(j.work_by_config, j.tail_entries())
-    configs, which, epoch, work_done = log.arrays()
-    if len(configs) == 1:  # one configuration all along (most jobs): the same divisions, without the masks
-        t, shape = configs[0]
-        if t in app.profile.throughput and shape:
-            r = best_batch_rates(app, t, shape, j.spec.batch_size)
-            per_entry = work_done / r[np.minimum(epoch, len(r) - 1)]
-        else:
-            per_entry = work_done[:0]
-    else:
-        per_entry, priced = np.zeros(len(work_done)), np.zeros(len(work_done), dtype=bool)
-        for c, (t, shape) in enumerate(configs):
-            if t in app.profile.throughput and shape:
-                r = best_batch_rates(app, t, shape, j.spec.batch_size)
-                m = which == c
-                per_entry[m] = work_done[m] / r[np.minimum(epoch[m], len(r) - 1)]
-                priced |= m
-        per_entry = per_entry[priced]
-    # the same divisions, summed one after another in the log's order (add.accumulate is sequential)
-    at_best_batch = float(np.add.accumulate(per_entry)[-1]) if len(per_entry) else 0.0
+    work = j.epoch_work
+    akey = _app_key(app)
+    at_best_batch = _at_best_batch(j, app, akey, work)
     t = max(j.gpu_seconds_by_type, key=j.gpu_seconds_by_type.__getitem__)
     if t not in app.profile.throughput:
         return jct - j.run_time, j.restart_time, running, nan, nan, nan
-    bounds = j.bounds_arr
-    n = len(bounds) - 1
+    n = len(work)
     servers = per_node.get(t, (1, 1))
-    key = (_app_key(app), t, j.spec.gpu_cap, j.spec.batch_size, servers, n)
+    key = (akey, t, j.spec.gpu_cap, j.spec.batch_size, servers, n)
     best_at = _BEST_AT.get(key)
     if best_at is None:
         best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *servers)
         best_at = _BEST_AT[key] = best_r[np.minimum(np.arange(n), len(best_r) - 1)]
-    work = bounds[1:] - bounds[:-1]  # np.diff, and np.sum below, without their wrappers: same arithmetic
-    best = float((work / best_at).sum())
+    best = float(np.add.reduce(work / best_at))  # (ndarray.sum's pairwise sum, without its wrapper)
     return jct - j.run_time, j.restart_time, running, best, at_best_batch - best, running - at_best_batch
+
+
+def _at_best_batch(j: JobState, app: Application, akey: int, work: np.ndarray) -> float:
+    """Σ over the job's work log (`work_by_config`, then the whole epochs of its `work_tail`), in the log's
+    order, of each entry's work / the best-batch rate of its configuration at its epoch, summed one after
+    another (configurations without a profile of their GPU type left out). `work`: each epoch's work, which
+    is a tail epoch's (`JobState.tail_entries`) whenever the tail starts at or after the progress it began at."""
+    thr, own = app.profile.throughput, j.spec.batch_size
+    acc: float | None = None
+    config: tuple[str, tuple[int, ...]] | None = None
+    r: np.ndarray | None = None
+    for (t, shape, e), w in j.work_by_config.items():
+        if (t, shape) != config:
+            config, r = (t, shape), _batch_rates(app, akey, t, shape, own) if t in thr and shape else None
+        if r is not None:
+            v = w / float(r[e if e < len(r) else len(r) - 1])
+            acc = v if acc is None else acc + v
+    if j.work_tail is not None:
+        t, shape, first, last, progress = j.work_tail
+        r = _batch_rates(app, akey, t, shape, own) if t in thr and shape else None
+        if r is not None and last > first:
+            key = (akey, t, shape, own, len(work))
+            r_at = _RATE_AT.get(key)
+            if r_at is None:
+                r_at = _RATE_AT[key] = r[np.minimum(np.arange(len(work)), len(r) - 1)]
+            tail = work[first:last] if progress <= j.bounds[first] else j.tail_entries()[2]  # type: ignore[index]
+            if acc is None:
+                acc = float(np.add.accumulate(tail / r_at[first:last])[-1])
+            else:  # the head's sum, then each tail entry after it: one sequential sum over [acc, entries...]
+                buf = np.empty(last - first + 1)
+                buf[0] = acc
+                np.divide(tail, r_at[first:last], out=buf[1:])
+                acc = float(np.add.accumulate(buf, out=buf)[-1])
+    return 0.0 if acc is None else acc
+
+
+def _batch_rates(app: Application, akey: int, t: str, shape: tuple[int, ...], own: int) -> np.ndarray:
+    r = _BEST.get((akey, t, shape, own))
+    return r if r is not None else best_batch_rates(app, t, shape, own)
 
 
 DECOMPOSITION = ["queued", "restarting", "running", "best", "loss_gpus", "loss_batch"]
 
 
-def collect(sim: RunRecord, wall: float) -> SimResult:
-    rows = []
-    train = node_set(sim.train_nodes)
-    per_node: dict[str, tuple[int, int]] = {}  # GPU type -> (GPUs per server, servers)
-    for n in sim.train_nodes:
+JOB_COLUMNS = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
+               "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION,
+               "restart_gpu_seconds", "mean_batch", "requested_batch"]
+_JOB_TEXT = ("job", "application", "state", "reason")
+TIMELINE_COLUMNS = ["t", "busy_gpus", "total_gpus", "loaned_servers"]
+
+
+def job_table() -> Table:
+    """The rows of `jobs.csv`, appended as jobs end (`job_row`)."""
+    return Table(JOB_COLUMNS, _JOB_TEXT)
+
+
+def timeline_table() -> Table:
+    """The rows of `timeline.csv`, one per round: (t, busy GPUs, total GPUs, loaned servers)."""
+    return Table(TIMELINE_COLUMNS)
+
+
+def servers_per_type(nodes: tuple[NodeView, ...]) -> dict[str, tuple[int, int]]:
+    """GPU type -> (most GPUs on one of its servers, servers): what `decompose` spreads the best run over."""
+    per_node: dict[str, tuple[int, int]] = {}
+    for n in nodes:
         g, k = per_node.get(n.gpu_type, (0, 0))
         per_node[n.gpu_type] = (max(g, n.num_gpus), k + 1)
-    cols = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
-            "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds",
-            "mean_batch", "requested_batch"]
-    for j in sorted(sim.done, key=lambda j: (j.spec.submit_time, j.spec.job_id)):
-        spec, start, end = j.spec, j.start_time, j.end_time
-        waited = (start or end) - spec.submit_time
-        rows.append((  # a tuple per job in `cols` order, not a dict: 74k jobs' rows at once
-            spec.job_id, spec.application, spec.submit_time, start, end, end - spec.submit_time, waited,
-            spec.num_gpus, j.attained, j.attained / j.run_time if j.run_time else 0.0, j.run_time,
-            max(j.launches - 1, 0), j.preemptions, j.phase(end).value,
-            # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
-            j.reason or (PendingReason.PRIORITY.value if waited > 0 else ""),
-            *decompose(j, per_node), j.restart_gpu_seconds,
-            j.batch_seconds / j.run_time if j.run_time else float("nan"), spec.batch_size))
-    jobs = Rows(cols, rows)
-    tl = Rows(["t", "busy_gpus", "total_gpus", "loaned_servers"], sim.timeline)
+    return per_node
+
+
+def add_job_row(table: Table, j: JobState, per_node: dict[str, tuple[int, int]]) -> None:
+    """The `jobs.csv` row of a job that has just ended (its state is final then), appended to `table`."""
+    spec, start, end = j.spec, j.start_time, j.end_time
+    assert end is not None
+    waited = (start or end) - spec.submit_time
+    table.append((spec.submit_time, start, end, end - spec.submit_time, waited, spec.num_gpus, j.attained,
+                  j.attained / j.run_time if j.run_time else 0.0, j.run_time, max(j.launches - 1, 0), j.preemptions,
+                  *decompose(j, per_node), j.restart_gpu_seconds,
+                  j.batch_seconds / j.run_time if j.run_time else math.nan, spec.batch_size),
+                 # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
+                 (spec.job_id, spec.application, j.phase(end).value,
+                  j.reason or (PendingReason.PRIORITY.value if waited > 0 else "")))
+
+
+def _by_submission(submit: np.ndarray, job_ids: list[str]) -> np.ndarray:
+    """Row order by (submit time, job name): numpy's stable sort by time, names ordering each run of equal times."""
+    order = np.argsort(submit, kind="stable")
+    ties = np.flatnonzero(np.diff(submit[order]) == 0)
+    if len(ties):
+        starts = ties[np.concatenate(([True], np.diff(ties) > 1))]
+        for a in starts.tolist():
+            b = a + 1
+            while b < len(order) and submit[order[b]] == submit[order[a]]:
+                b += 1
+            order[a:b] = sorted(order[a:b].tolist(), key=job_ids.__getitem__)
+    return order
+
+
+def collect(sim: RunRecord, wall: float) -> SimResult:
+    train = node_set(sim.train_nodes)
+    table = sim.job_rows
+    jobs = table.freeze(_by_submission(table.numbers("submit"), table.texts("job")))
+    tl = sim.timeline.freeze()
     jct = jobs.array("jct")
     t0 = min((s.submit_time for s in sim.workload.jobs), default=0.0)
     makespan = float(jobs.array("end").max() - t0) if len(jobs) else 0.0
@@ -300,7 +362,7 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
     else:
         avail = busy = 0.0
     restart_gs = float(_nansum(jobs.array("restart_gpu_seconds")))
-    lat = np.array(sim.latencies) * 1000.0
+    lat = np.asarray(sim.latencies, dtype=float) * 1000.0
     summary = {
         "policy": sim.policy.name, "workload": sim.workload.name, "workload_digest": sim.workload.digest,
         "n_jobs": len(sim.workload.jobs), "n_finished": len(jobs), "unfinished": sim.stalled[:20],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,12 @@ class RunSetup:
 MAX_CLUSTER_FILE = 1 << 20  # bytes; a cluster file lists node groups, not nodes
 
 
-def load_cluster(spec: str) -> tuple[NodeView, ...]:
-    """A cluster spec string, or a path to a YAML/JSON list of {nodes, gpus_per_node, gpu_type, pool}."""
+def load_cluster(spec: str, profiled: Collection[str] | None = None) -> tuple[NodeView, ...]:
+    """A cluster spec string, or a path to a YAML/JSON list of {nodes, gpus_per_node, gpu_type, pool};
+    `profiled`: the GPU types the run has profiles for (what `pai`'s GPU types are priced as)."""
     path = Path(spec) if "\0" not in spec else None
     if path is None or path.suffix not in (".yaml", ".yml", ".json"):
-        return parse_cluster(spec)
+        return parse_cluster(spec, profiled=profiled)
     import json
 
     import yaml
@@ -101,6 +102,11 @@ def check_gpu_types(nodes: tuple[NodeView, ...], models: PerfModels, spec: str) 
                               f"{SIA_TRACES_HINT} (Sia's per-type traces)")
 
 
+def profiled_types(models: PerfModels, apps: Collection[str]) -> set[str]:
+    """The GPU types every one of `apps` has a profile for."""
+    return set.intersection(*(set(models.app(a).gpu_types) for a in sorted(apps))) if apps else set()
+
+
 def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = None,
           restart_cost: float | None = None) -> RunSetup:
     if restart_cost is not None:
@@ -109,9 +115,12 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
         except (TypeError, ValueError) as e:
             raise ConfigError("--restart-cost", restart_cost, str(e)) from None
     models = PerfModels.load(profiles, restart_cost=restart_cost)
-    nodes = load_cluster(cluster)
-    check_gpu_types(nodes, models, cluster)
+    nodes = load_cluster(cluster)  # a bad cluster is reported before a long workload is read
+    if cluster.strip().lower() != "pai":  # pai's types are chosen from the workload's profiles below
+        check_gpu_types(nodes, models, cluster)
     wl = load_workload(workload, models)
+    if cluster.strip().lower() == "pai":  # priced with the GPU types the workload's applications are profiled for
+        nodes = load_cluster(cluster, profiled_types(models, {j.application for j in wl.jobs}))
     types = set(node_set(nodes).capacity)
     for app in {j.application for j in wl.jobs}:
         missing = types - set(models.app(app).gpu_types)

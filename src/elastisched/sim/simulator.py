@@ -1,8 +1,9 @@
 """Heap-based event simulator over a SimClock, driving the shared engine (DESIGN.md "Simulation semantics").
 
 Semantics (details and the reasons for each in docs/simulator.md):
-- events: arrivals, analytically computed completions, loan-capacity changes; stale completion events
-  (the job's allocation changed since) are skipped by version number;
+- events: arrivals (read from the workload in time order, first among the events of their instant),
+  analytically computed completions, loan-capacity changes; stale completion events (the job's allocation
+  changed since) are skipped by version number;
 - rounds: a policy with an `interval` is consulted on the tick grid k·interval, at the first tick at or
   after anything changed (or at its `next_round_at` hint; every tick when it gives none) — the Pollux
   artifact's 60 s loop, without its idle ticks; a policy without an interval is consulted right after each
@@ -16,16 +17,18 @@ Semantics (details and the reasons for each in docs/simulator.md):
   `engine.jobstate.change_kind` that the live service follows too;
 - each job counts the samples it really processes (`JobView.samples_done`: current samples/s × time
   outside restarts);
-- deterministic: events are ordered by (time, sequence number) and all randomness comes from the seed.
+- deterministic: events are ordered by (time, sequence number) and all randomness comes from the seed;
+- memory grows with the active jobs: a job's row of jobs.csv is made when it ends, and its state goes.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from array import array
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -35,41 +38,18 @@ from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
 from elastisched.core.nodes import node_set
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
-from elastisched.engine.jobstate import INF, RECONFIGURE_COST, JobState, new_state
+from elastisched.engine.jobstate import INF, JobState, new_state
 from elastisched.engine.loop import Engine, RoundResult
 from elastisched.engine.overrides import admin_resize, pin
-from elastisched.loaning.timeline import LoanPlan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
-from elastisched.sim.length_estimate import LengthEstimate
-from elastisched.sim.metrics import SimResult, collect
-from elastisched.sim.table import WorkLog
+from elastisched.sim.config import SimConfig
+from elastisched.sim.metrics import SimResult, add_job_row, collect, job_table, servers_per_type, timeline_table
 from elastisched.sim.usage import ClusterUsage
 from elastisched.workloads.schema import Workload
 
 ARRIVAL, COMPLETION, LOAN, FAILURE, RESIZE = 0, 1, 2, 3, 4
 SimJob = JobState  # the simulator keeps the engine's bookkeeping object per job
-
-
-@dataclass
-class SimConfig:
-    seed: int = 0
-    restart_cost: float | None = None  # None = each application's own (30 s default)
-    # an in-place resize (a running job keeps some of its GPUs) costs this instead; None = the restart cost
-    resize_cost: float | None = None
-    # a change of batch / local batch / accumulation on the very same GPUs costs this and is no restart
-    # (JABAS, AdaptDL, the training library: in place; engine.jobstate.change_kind); None = as any other change
-    reconfigure_cost: float | None = RECONFIGURE_COST
-    check_invariants: bool = True
-    max_time: float = INF
-    loans: LoanPlan | None = None  # loanable inference servers over time (`loaning.timeline`)
-    progress: Callable[[float, int, int], None] | None = None  # (sim time, finished, total)
-    options: dict[str, Any] = field(default_factory=dict)
-    failures: tuple[tuple[float, JobId], ...] = ()  # (time, job): the job fails (ends, not finished)
-    admin_resizes: tuple[tuple[float, JobId, int], ...] = ()  # (time, job, GPUs): an admin resize (API)
-    on_round: Callable[[ClusterSnapshot, RoundResult], None] | None = None  # observer (drift test, debugging)
-    # what each job declares about its length, as the policies see it (`JobView.declared_work`); the truth ends it
-    length_estimate: LengthEstimate = field(default_factory=LengthEstimate)
 
 
 class Simulator:
@@ -94,9 +74,12 @@ class Simulator:
         self.seq = 0
         self.jobs: dict[JobId, SimJob] = {}  # active, submission order
         self.running: dict[JobId, SimJob] = {}
-        self.done: list[SimJob] = []
-        self.timeline: list[tuple[float, int, int, int]] = []  # (t, busy GPUs, total GPUs, loaned servers)
-        self.latencies: list[float] = []
+        self.done: list[SimJob] = []  # finished jobs' states, with `SimConfig.keep_finished` only
+        self.finished = 0
+        self.job_rows = job_table()  # each finished job's row of jobs.csv, appended as it ends
+        self.per_type_servers = servers_per_type(self.train_nodes)
+        self.timeline = timeline_table()  # (t, busy GPUs, total GPUs, loaned servers) after each round
+        self.latencies = array("d")
         self.reclaim_demand = 0
         self.reclaims: list[dict[str, Any]] = []
         self.events = 0
@@ -108,6 +91,11 @@ class Simulator:
         self._pending_sorted = True
         self._pending_proxy: Mapping[JobId, JobView] = MappingProxyType(self.pending_views)
         self.stale: set[JobId] = set()
+        self._arrived: list[JobId] = []  # jobs that arrived since the last snapshot (its `changed`, with the stale)
+        self._serial = 0  # snapshots made
+        # read-only views of the dicts above, made once: (jobs, running, the free-GPU dict they show, its view)
+        self._proxies = (MappingProxyType(self.views), MappingProxyType(self.running_views), None,
+                         MappingProxyType({}))
 
     @property
     def now(self) -> float:
@@ -137,6 +125,7 @@ class Simulator:
         self.jobs[spec.job_id] = job
         v = self.views[spec.job_id] = job.make_view(now)  # insertion order = submission order
         self.pending_views[spec.job_id] = v
+        self._arrived.append(spec.job_id)
         self.engine.submitted(spec, now)
 
     def _complete(self, job: SimJob, failed: bool = False) -> None:
@@ -154,11 +143,10 @@ class Simulator:
         self.running_views.pop(jid, None)
         self.pending_views.pop(jid, None)
         self.stale.discard(jid)
-        job.rates = None  # a finished job's caches go, its work log and epoch bounds are kept compactly
-        job.work_by_config = WorkLog(job.work_by_config, job.tail_entries())  # type: ignore[assignment]
-        job.work_tail = None
-        job.bounds = job.bounds_arr  # type: ignore[assignment]  # same numbers, 8 bytes each instead of 32
-        self.done.append(job)
+        add_job_row(self.job_rows, job, self.per_type_servers)  # its state is final: its row, then it may go
+        self.finished += 1
+        if self.cfg.keep_finished:
+            self.done.append(job)
         self.engine.ended(jid, now)
 
     def _set_loans(self, n: int) -> None:
@@ -181,10 +169,12 @@ class Simulator:
             for jid, job in self.running.items():
                 job.advance(self.now)
                 self.stale.add(jid)
+        changed = [jid for jid in self._arrived if jid in self.jobs]  # (a failure may end a job before a round)
         for jid in sorted(self.stale):  # sorted: set order would depend on PYTHONHASHSEED
             job = self.jobs.get(jid)
             if job is None:
                 continue
+            changed.append(jid)
             job.view = None
             v = self.views[jid] = job.make_view(self.now)
             if job.allocation.gpus:
@@ -196,10 +186,16 @@ class Simulator:
                     self._pending_sorted = False  # stopped: back in the queue, at its submission position
                 self.pending_views[jid] = v
         self.stale.clear()
-        self.usage.sync(self.node_set, (job.allocation for job in self.running.values()))
-        return ClusterSnapshot(self.now, self.nodes, MappingProxyType(self.views), self.reclaim_demand,
-                               MappingProxyType(self.running_views), MappingProxyType(self.usage.free),
-                               self.usage.snapshot_copy(), self._pending)
+        if not self.usage.is_for(self.node_set):  # the node set changed (a loan came or went): rebuild the usage
+            self.usage.sync(self.node_set, (job.allocation for job in self.running.values()))
+        free = self.usage.free
+        if self._proxies[2] is not free:  # (a new free-GPU dict when the node set changed)
+            self._proxies = (self._proxies[0], self._proxies[1], free, MappingProxyType(free))
+        self._arrived = []
+        self._serial += 1
+        return ClusterSnapshot(self.now, self.nodes, self._proxies[0], self.reclaim_demand, self._proxies[1],
+                               self._proxies[3], self.usage.snapshot_copy(), self._pending,
+                               tuple(dict.fromkeys(changed)) if len(changed) > 1 else tuple(changed), self._serial)
 
     def _pending(self) -> Mapping[JobId, JobView]:
         """Active jobs without GPUs in submission order (`ClusterSnapshot.pending`): put back in order only
@@ -270,7 +266,8 @@ class Simulator:
             job = self.jobs.get(jid)
             if job is not None:
                 job.reason = why
-        if self.reclaim_demand:
+        returned = self.reclaim_demand > 0
+        if returned:
             self._return_nodes(res)
         now, pos = self.now, self.node_set.position  # (the node set changes only in `_return_nodes`, above)
         for act in res.actions:
@@ -281,7 +278,7 @@ class Simulator:
                 if not job.allocation.placement:
                     continue  # already preempted by the reclaim
                 job.preemptions += 1
-            elif act.allocation.placement and any(n not in pos for n, _ in act.allocation.placement):
+            elif returned and act.allocation.placement and any(n not in pos for n, _ in act.allocation.placement):
                 # placed on a node that was just returned: the job waits for the next round, and gives up
                 # what it holds now, which the decision has handed to other jobs
                 if job.allocation.placement:
@@ -294,9 +291,10 @@ class Simulator:
 
     # ------------------------------------------------------------------ inputs and the main loop
     def _push_inputs(self) -> None:
-        """Every event known before the run: arrivals, loan changes, failures and admin resizes."""
-        for s in self.workload.jobs:
-            self._push(s.submit_time, ARRIVAL, s)
+        """Every event known before the run but the arrivals: loan changes, failures and admin resizes. The
+        arrivals are read from the workload in time order as the clock reaches them (`_arrivals`), not pushed:
+        a million-job heap would cost memory and a log-factor per event. They come first among events at one
+        instant, as when they were pushed first."""
         if self.cfg.loans is not None:
             for t, n in self.cfg.loans.steps:
                 self._push(t, LOAN, n)
@@ -304,6 +302,16 @@ class Simulator:
             self._push(t, FAILURE, jid)
         for t, jid, g in self.cfg.admin_resizes:
             self._push(t, RESIZE, (jid, g))
+
+    def _arrivals(self) -> Sequence[Any]:
+        """The workload's jobs by submission time (ties in workload order)."""
+        jobs = self.workload.jobs
+        for s in jobs:
+            if not math.isfinite(s.submit_time):
+                raise ValueError(f"event time must be finite, got {s.submit_time!r} (event kind {ARRIVAL})")
+        if all(a.submit_time <= b.submit_time for a, b in itertools.pairwise(jobs)):
+            return jobs
+        return sorted(jobs, key=lambda s: s.submit_time)
 
     def _handle(self, kind: int, payload: Any) -> bool:
         """Apply one event; True when it needs a round right now (a reclaim: inference is never delayed)."""
@@ -335,17 +343,27 @@ class Simulator:
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         self._push_inputs()
+        arrivals, heap = self._arrivals(), self.heap
+        k, n_arrivals = 0, len(arrivals)
+        t_arrival = arrivals[0].submit_time if n_arrivals else INF
         interval = self.policy.interval
         pending_round = INF
         last_report = 0.0
-        while self.heap or pending_round < INF:
-            t_ev = self.heap[0][0] if self.heap else INF
+        while k < n_arrivals or heap or pending_round < INF:
+            t_ev = heap[0][0] if heap else INF
+            if t_arrival <= t_ev:
+                t_ev = t_arrival
             if t_ev <= pending_round:
                 if t_ev > self.cfg.max_time:
                     break
-                t, _, kind, payload = heapq.heappop(self.heap)
-                if kind == COMPLETION and (payload[0].version != payload[1] or payload[0].end_time is not None):
-                    continue  # stale: the job's allocation changed since this completion was predicted
+                if t_ev == t_arrival:  # an arrival before any other event at its instant
+                    t, kind, payload = t_arrival, ARRIVAL, arrivals[k]
+                    k += 1
+                    t_arrival = arrivals[k].submit_time if k < n_arrivals else INF
+                else:
+                    t, _, kind, payload = heapq.heappop(heap)
+                    if kind == COMPLETION and (payload[0].version != payload[1] or payload[0].end_time is not None):
+                        continue  # stale: the job's allocation changed since this completion was predicted
                 self.events += 1
                 self.clock.advance_to(t)
                 if self._handle(kind, payload):
@@ -359,13 +377,13 @@ class Simulator:
                 break
             self.clock.advance_to(pending_round)
             hint = self._round()
-            if not self.running and not self.heap and self.jobs:
+            if not self.running and not heap and k >= n_arrivals and self.jobs:
                 self.stalled = sorted(self.jobs)  # nothing runs and nothing will happen: jobs can never fit
                 break
             pending_round = self._next_round(hint)
             if self.cfg.progress is not None and time.perf_counter() - last_report > 0.2:
                 last_report = time.perf_counter()
-                self.cfg.progress(self.now, len(self.done), len(self.workload.jobs))
+                self.cfg.progress(self.now, self.finished, len(self.workload.jobs))
         for job in list(self.running.values()):
             job.advance(self.now)
         return collect(self, time.perf_counter() - wall0)

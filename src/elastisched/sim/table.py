@@ -4,6 +4,10 @@ Importing pandas costs more than simulating a whole Pollux workload, and `sim ru
 `Rows.to_csv` writes what `DataFrame(rows).to_csv(index=False)` writes (the same per-column type inference:
 a column of ints stays integral, one with a float or a missing value is float64 and prints every number as a
 float, a missing value as an empty field; tests/sim/test_table.py compares the bytes with pandas').
+
+A long replay appends its rows as they happen to a `Table`: numbers 8 bytes each in one array, text columns as
+references, instead of a tuple of objects per row (a million-job replay's rows and its rounds' timeline would
+otherwise take gigabytes); `Table.freeze` gives the same `Rows` interface over the columns.
 """
 
 from __future__ import annotations
@@ -11,8 +15,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,55 +48,6 @@ def _cell(v: Any, kind: str) -> str:
     if isinstance(v, float):
         return repr(v)
     return str(v)
-
-
-class WorkLog(Mapping[tuple[str, tuple[int, ...], int], float]):
-    """A finished job's `work_by_config` (progress per (GPU type, shape, epoch)) followed by its `work_tail`
-    (the whole epochs it finished in one go, `engine.jobstate.JobState.work_tail`), read-only and compact:
-    ~14 bytes an entry instead of ~130 for a dict of tuples, same keys, same order, same values. A 74k-job
-    Philly replay keeps ~4 million such entries until the results are collected."""
-
-    __slots__ = ("_configs", "_epoch", "_which", "_work")
-
-    def __init__(self, work: Mapping[tuple[str, tuple[int, ...], int], float],
-                 tail: tuple[tuple[str, tuple[int, ...]], np.ndarray, np.ndarray] | None = None) -> None:
-        """`work` and, after it, `tail`: ((GPU type, shape), epochs, work per epoch), `JobState.tail_entries`."""
-        keys = list(work)
-        pairs = list(map(itemgetter(0, 1), keys))
-        index = {p: i for i, p in enumerate(dict.fromkeys(pairs))}
-        if tail is not None:
-            index.setdefault(tail[0], len(index))
-        self._configs: list[tuple[str, tuple[int, ...]]] = list(index)
-        self._which = (np.zeros(len(keys), dtype=np.int32) if len(index) == 1  # one configuration (most jobs)
-                       else np.fromiter(map(index.__getitem__, pairs), dtype=np.int32, count=len(keys)))
-        self._epoch = np.fromiter(map(itemgetter(2), keys), dtype=np.int64, count=len(keys))
-        self._work = np.fromiter(work.values(), dtype=float, count=len(keys))
-        if tail is not None:
-            config, epochs, done = tail
-            self._which = np.concatenate([self._which, np.full(len(epochs), index[config], dtype=np.int32)])
-            self._epoch = np.concatenate([self._epoch, epochs])
-            self._work = np.concatenate([self._work, done])
-
-    def arrays(self) -> tuple[list[tuple[str, tuple[int, ...]]], np.ndarray, np.ndarray, np.ndarray]:
-        """(configs, config index per entry, epoch per entry, work per entry), in insertion order."""
-        return self._configs, self._which, self._epoch, self._work
-
-    def __len__(self) -> int:
-        return len(self._work)
-
-    def __iter__(self) -> Iterator[tuple[str, tuple[int, ...], int]]:
-        for w, e in zip(self._which.tolist(), self._epoch.tolist(), strict=True):
-            yield (*self._configs[w], e)
-
-    def __getitem__(self, key: tuple[str, tuple[int, ...], int]) -> float:
-        for k, v in self.items():
-            if k == key:
-                return v
-        raise KeyError(key)
-
-    def items(self) -> Iterator[tuple[tuple[str, tuple[int, ...], int], float]]:  # type: ignore[override]
-        for w, e, v in zip(self._which.tolist(), self._epoch.tolist(), self._work.tolist(), strict=True):
-            yield (*self._configs[w], e), v
 
 
 class Rows:
@@ -130,3 +85,133 @@ class Rows:
         for r in self.rows:
             w.writerow([_cell(v, k) for v, k in zip(r, kinds, strict=True)])
         return buf.getvalue()
+
+
+class Table:
+    """Rows appended one at a time, kept by column: `numeric` columns as float64 in one array (row-major),
+    the others as references. A numeric column reads back as pandas would infer it from the rows: integral
+    while every value appended is an int, else float64 (missing values, None or NaN, as NaN)."""
+
+    def __init__(self, columns: Sequence[str], text: Sequence[str] = ()) -> None:
+        self.columns = list(columns)
+        self._text = [i for i, c in enumerate(self.columns) if c in text]
+        self._nums = [i for i, c in enumerate(self.columns) if c not in text]
+        self._values = array("d")
+        self._strings: list[list[Any]] = [[] for _ in self._text]
+        self._integral = tuple(range(len(self._nums)))  # numeric columns (by position among them) all ints so far
+        self.rows = 0
+
+    def append(self, numbers: Sequence[float | int | None], text: Sequence[Any] = ()) -> None:
+        """One row: its numeric cells in `numeric` order, its text cells in `text` order."""
+        if self._integral:  # (after the first rows, only the columns that really hold ints are looked at)
+            for i in self._integral:
+                v = numbers[i]
+                if type(v) is not int or not -_EXACT <= v <= _EXACT:
+                    self._integral = tuple(i for i in self._integral if _is_int(numbers[i]))
+                    break
+        try:
+            self._values.extend(numbers)
+        except TypeError:  # a missing value (None): NaN; anything else is not a number
+            self._values.extend([math.nan if v is None else _number(v) for v in numbers])
+        for column, v in zip(self._strings, text, strict=True):
+            column.append(v)
+        self.rows += 1
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """The rows as tuples in column order (built for the purpose: for small tables and tests)."""
+        return iter(self.freeze().rows)
+
+    def numbers(self, name: str) -> np.ndarray:
+        """A numeric column as float64, rows as appended."""
+        k = len(self._nums)
+        return np.frombuffer(self._values, dtype=float)[self._nums.index(self.columns.index(name))::k].copy() \
+            if self.rows else np.zeros(0)
+
+    def texts(self, name: str) -> list[Any]:
+        """A text column, rows as appended (the table's own list: do not modify)."""
+        return self._strings[self._text.index(self.columns.index(name))]
+
+    def freeze(self, order: Sequence[int] | np.ndarray | None = None) -> Columns:
+        """The columns, their rows in `order` (default: as appended)."""
+        k = len(self._nums)
+        grid = np.frombuffer(self._values, dtype=float).reshape(self.rows, k) if self.rows else np.zeros((0, k))
+        idx = np.arange(self.rows) if order is None else np.asarray(order, dtype=np.int64)
+        out: dict[str, np.ndarray | list[Any]] = {}
+        for j, i in enumerate(self._nums):
+            col = grid[idx, j]
+            out[self.columns[i]] = col.astype(np.int64) if j in self._integral and self.rows else col
+        for j, i in enumerate(self._text):
+            strings = self._strings[j]
+            out[self.columns[i]] = [strings[r] for r in idx.tolist()]
+        return Columns(self.columns, out, self.rows)
+
+
+_EXACT = 2**53  # ints up to this are stored exactly as float64
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and -_EXACT <= v <= _EXACT
+
+
+def _number(v: Any) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"a numeric column got {v!r}")
+    return float(v)
+
+
+class Columns(Rows):
+    """`Rows` stored by column (`Table.freeze`): numeric columns as int64 / float64 arrays."""
+
+    def __init__(self, columns: Sequence[str], data: Mapping[str, np.ndarray | list[Any]], n: int) -> None:
+        self.columns = list(columns)
+        self._data = data
+        self._n = n
+        self._frame = None
+
+    @property
+    def rows(self) -> list[tuple[Any, ...]]:  # type: ignore[override]
+        """Rows as tuples (built on each call: for small tables and tests)."""
+        return list(zip(*(self.column(c) for c in self.columns), strict=True))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def column(self, name: str) -> list[Any]:
+        v = self._data[name]
+        if not isinstance(v, np.ndarray):
+            return list(v)
+        return [None if x != x else x for x in v.tolist()] if v.dtype.kind == "f" else v.tolist()
+
+    def array(self, name: str) -> np.ndarray:
+        v = self._data[name]
+        return v.astype(float) if isinstance(v, np.ndarray) else np.array(
+            [np.nan if x is None else x for x in v], dtype=float)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            import pandas as pd
+
+            self._frame = (pd.DataFrame({c: self._data[c] for c in self.columns}, columns=self.columns) if self._n
+                           else pd.DataFrame([], columns=self.columns))
+        return self._frame
+
+    def to_csv(self) -> str:
+        cells = [self._cells(c) for c in self.columns]
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(self.columns)
+        w.writerows(zip(*cells, strict=True))
+        return buf.getvalue()
+
+    def _cells(self, name: str) -> list[str]:
+        v = self._data[name]
+        if isinstance(v, np.ndarray):
+            if v.dtype.kind != "f":
+                return list(map(str, v.tolist()))
+            return ["" if x != x else repr(x) for x in v.tolist()]
+        kind = _kind(v)
+        return [_cell(x, kind) for x in v]

@@ -20,6 +20,11 @@ class ClusterUsage:
         self.free: dict[str, int] = {}
         self.node_used = np.zeros(0, dtype=np.int64)
         self._for: NodeSet | None = None
+        self._copy: np.ndarray | None = None  # the read-only view of `node_used` (`snapshot_copy`)
+
+    def is_for(self, nodes: NodeSet) -> bool:
+        """Whether `node_used` and `free` are of `nodes` (else `sync` rebuilds them)."""
+        return self._for is nodes
 
     def sync(self, nodes: NodeSet, running: Iterable[Allocation]) -> None:
         """Rebuild `node_used` and `free` for `nodes` when they are of another node set."""
@@ -28,6 +33,7 @@ class ClusterUsage:
         pos, types = nodes.position, nodes.gpu_type
         self.node_used = np.zeros(len(nodes), dtype=np.int64)
         self.free = dict(nodes.capacity)
+        self._copy = None
         for alloc in running:
             for n, g in alloc.placement:
                 i = pos.get(n)
@@ -52,7 +58,10 @@ class ClusterUsage:
                 self.free[types[n]] -= sign * g
 
     def snapshot_copy(self) -> np.ndarray:
-        """A read-only copy of `node_used` for a policy's snapshot."""
-        used = self.node_used.copy()
-        used.flags.writeable = False
-        return used
+        """A read-only view of `node_used` for a round's snapshot (made once per node set). A view,
+        not a copy: the round reads it (the placer) before any of its changes is applied, and a snapshot is valid
+        for its round only (`ClusterSnapshot`); the copy of every node's count cost more than the round's work."""
+        if self._copy is None:
+            self._copy = self.node_used.view()
+            self._copy.flags.writeable = False
+        return self._copy

@@ -3,9 +3,12 @@
 `load_workload(spec, models)` accepts:
 - `pollux:workload-N` — a bundled Pollux artifact workload (160 jobs, 8 h);
 - `philly` / `philly:sample=N,seed=S,days=D` — the bundled 82k-job Philly trace (see `traces.py`);
+- `philly:jobs=N,seed=S[,load=L,gpus=G]` — N jobs drawn from it, with its weekly rhythm (`philly_scale.py`);
 - `synthetic:num_jobs=N,rate=R,seed=S`;
 - a path: `.csv` with a `name` column (Pollux/Sia/DeepBoot), `.csv[.gz]` with `duration,num_gpus`
-  (raw trace), `.trace`/`.tsv` (Gavel/Shockwave).
+  (raw trace), `.trace`/`.tsv` (Gavel/Shockwave), `sacct --parsable2` output (found by its `JobID|...` header);
+- `sacct:FILE[?ended=all|completed,map=a100:t4+h100:t4,default_type=t4]` — a Slurm accounting log with options
+  (`sacct.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from elastisched.core.cluster import PAI_GPUS
 from elastisched.core.errors import ConfigError
+from elastisched.workloads._sacct_rows import is_sacct_header
 from elastisched.workloads.pollux import load_pollux_csv
 from elastisched.workloads.schema import (
+    CLUSTER_GPUS,
     DAYS,
+    LOAD,
     NUM_JOBS,
+    PHILLY_JOBS,
     RATE,
     SAMPLE,
     SEED,
@@ -64,26 +72,24 @@ def _opts(kind: str, text: str, known: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def load_workload(spec: str, models: PerfModels) -> Workload:
-    kind, _, rest = spec.partition(":")
-    if kind == "pollux" and rest:
-        return load_pollux_csv(bundled_workload_path(rest), models.apps, name=rest)
-    # the other loaders are imported by the branch that uses them (a start-up cost a Pollux run does not pay)
-    from elastisched.workloads.traces import load_raw_trace
+def _philly_scaled(o: dict[str, str], models: PerfModels) -> Workload:
+    """`philly:jobs=N,seed=S[,load=L,gpus=G]`: generated from the trace (`philly_scale.py`), not a selection of it."""
+    from elastisched.workloads.philly_scale import DEFAULT_LOAD, philly_jobs
 
-    if kind == "philly":
-        o = _opts(kind, rest, ("sample", "seed", "days"))
-        days = DAYS.option("philly:days", o["days"]) if "days" in o else None
-        return load_raw_trace(None, models, seed=SEED.option("philly:seed", o.get("seed", "0")),
-                              sample=SAMPLE.option("philly:sample", o["sample"]) if "sample" in o else None,
-                              end=days * 86400 if days else None)
-    if kind == "synthetic":
-        from elastisched.workloads.synthetic import synthetic
+    for key in ("sample", "days"):
+        if key in o:
+            raise ConfigError(f"philly:{key}", o[key], "selects from the trace; jobs= generates a workload of "
+                              "its own (give one or the other)")
+    if "jobs" not in o:
+        raise ConfigError("philly:jobs", None, "load= and gpus= shape a generated workload: give jobs=N too")
+    return philly_jobs(models, jobs=PHILLY_JOBS.option("philly:jobs", o["jobs"]),
+                       seed=SEED.option("philly:seed", o.get("seed", "0")),
+                       load=LOAD.option("philly:load", o["load"]) if "load" in o else DEFAULT_LOAD,
+                       gpus=CLUSTER_GPUS.option("philly:gpus", o["gpus"]) if "gpus" in o else PAI_GPUS)
 
-        o = _opts(kind, rest, ("num_jobs", "rate", "seed"))
-        return synthetic(models, num_jobs=NUM_JOBS.option("synthetic:num_jobs", o.get("num_jobs", "100")),
-                         rate_per_hour=RATE.option("synthetic:rate", o.get("rate", "20")),
-                         seed=SEED.option("synthetic:seed", o.get("seed", "0")))
+
+def _trace_file(spec: str) -> Path:
+    """`spec` as a readable regular file, or a ConfigError saying what it is instead."""
     path = Path(spec)
     try:
         if "\0" in spec or not spec.strip():
@@ -99,11 +105,50 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
         raise ConfigError("--workload", spec, "is a directory; expected a trace file")
     if not regular:  # a FIFO, socket or device: reading it could block for ever
         raise ConfigError("--workload", spec, "is not a regular file (a FIFO, socket or device); expected a trace file")
+    return path
+
+
+def load_workload(spec: str, models: PerfModels) -> Workload:
+    kind, _, rest = spec.partition(":")
+    if kind == "pollux" and rest:
+        return load_pollux_csv(bundled_workload_path(rest), models.apps, name=rest)
+    # the other loaders are imported by the branch that uses them (a start-up cost a Pollux run does not pay)
+    from elastisched.workloads.traces import load_raw_trace
+
+    if kind == "philly":
+        o = _opts(kind, rest, ("sample", "seed", "days", "jobs", "load", "gpus"))
+        if "jobs" in o or "load" in o or "gpus" in o:
+            return _philly_scaled(o, models)
+        days = DAYS.option("philly:days", o["days"]) if "days" in o else None
+        return load_raw_trace(None, models, seed=SEED.option("philly:seed", o.get("seed", "0")),
+                              sample=SAMPLE.option("philly:sample", o["sample"]) if "sample" in o else None,
+                              end=days * 86400 if days else None)
+    if kind == "synthetic":
+        from elastisched.workloads.synthetic import synthetic
+
+        o = _opts(kind, rest, ("num_jobs", "rate", "seed"))
+        return synthetic(models, num_jobs=NUM_JOBS.option("synthetic:num_jobs", o.get("num_jobs", "100")),
+                         rate_per_hour=RATE.option("synthetic:rate", o.get("rate", "20")),
+                         seed=SEED.option("synthetic:seed", o.get("seed", "0")))
+    sacct_opts: dict[str, str] | None = None
+    if kind == "sacct" and rest:  # sacct:FILE[?ended=completed,map=a100:t4+h100:t4,default_type=t4]
+        spec, _, query = rest.partition("?")
+        sacct_opts = _opts("sacct", query, ("ended", "map", "default_type")) if query else {}
+    path = _trace_file(spec)
+    if kind == "sacct" or sacct_opts is not None:
+        from elastisched.workloads.sacct import SacctOptions, load_sacct
+
+        return load_sacct(path, models, SacctOptions.parse(sacct_opts or {}))
     if path.suffix in (".trace", ".tsv"):
         from elastisched.workloads.gavel import load_gavel_tsv
 
         return load_gavel_tsv(path, models)
-    header, _ = csv_rows(str(path), read_text(path))
+    text = read_text(path)
+    if is_sacct_header(text.split("\n", 1)[0]):  # `sacct --parsable2` output (workloads/sacct.py)
+        from elastisched.workloads.sacct import load_sacct
+
+        return load_sacct(path, models)
+    header, _ = csv_rows(str(path), text)
     if "name" in header:
         return load_pollux_csv(path, models.apps)
     if "duration" in header and "num_gpus" in header:

@@ -125,11 +125,14 @@ NUM_JOBS = Field("synthetic num_jobs", True, 1, 100_000, doc="`synthetic:num_job
 RATE = Field("synthetic rate", False, 0, 1e6, lo_open=True, doc="`synthetic:rate=`, arrivals per hour")
 SAMPLE = Field("philly sample", True, 1, 10_000_000, doc="`philly:sample=` (all jobs when more than the trace has)")
 DAYS = Field("philly days", False, 0, 3650, lo_open=True, doc="`philly:days=`")
+PHILLY_JOBS = Field("philly jobs", True, 1, 10_000_000, doc="`philly:jobs=` (jobs generated from the trace)")
+LOAD = Field("philly load", False, 0, 100, lo_open=True, doc="`philly:load=`: mean offered GPUs / `gpus`")
+CLUSTER_GPUS = Field("philly gpus", True, 1, 6_400_000, doc="`philly:gpus=`: the GPUs the load is offered to")
 SEED = Field("seed", True, 0, 2**32 - 1, doc="`--seed`, `philly:seed=`, `synthetic:seed=`")
 RESTART_COST = Field("restart cost", False, 0, 86_400, doc="`--restart-cost` (seconds)")
 FIELDS: tuple[Field, ...] = (SUBMIT_TIME, RAW_TIMESTAMP, DURATION, RAW_DURATION, GPUS, BATCH, WORK_SCALE, STEPS,
-                             NUM_TASK, EPOCH_SIZE, PATIENCE, LR, ACCURACY, NUM_JOBS, RATE, SAMPLE, DAYS, SEED,
-                             RESTART_COST)
+                             NUM_TASK, EPOCH_SIZE, PATIENCE, LR, ACCURACY, NUM_JOBS, RATE, SAMPLE, DAYS, PHILLY_JOBS,
+                             LOAD, CLUSTER_GPUS, SEED, RESTART_COST)
 
 
 def name_text(v: str) -> str:

@@ -20,6 +20,7 @@ measured throughput and efficiency models.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -74,11 +75,20 @@ def application_for(gpu_hours: float, draw: int) -> str:
     raise AssertionError("unreachable")
 
 
-def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0, min_duration: float = 60.0,
-                   max_gpu_hours: float = 1000.0, start: float | None = None, end: float | None = None,
-                   sample: int | None = None, gpu_type: str = "t4", gpus_per_node: int = 4,
-                   max_gpus: int | None = None, name: str | None = None) -> Workload:
-    """Load `timestamp|time,duration,num_gpus[,gpu_time]` rows; times are rebased to start at 0."""
+@dataclass(frozen=True, slots=True)
+class RawTrace:
+    """A raw trace's jobs that pass the filters: `(time, duration, GPUs, line)` in time order, rebased to start
+    at 0; `t0` the time they were rebased by (Unix seconds of the first job: `philly_scale` reads the hour of
+    the week from it) and the name of the time column."""
+
+    rows: list[tuple[float, float, int, int]]
+    t0: float
+    time_column: str
+
+
+def read_trace(path: str | Path | None, *, min_duration: float = 60.0, max_gpu_hours: float = 1000.0) -> RawTrace:
+    """The jobs of a raw trace (the bundled Philly trace when `path` is None) that pass the duration /
+    GPU-time filters."""
     path = Path(path) if path is not None else bundled_philly()
     p = str(path)
     header, reader = csv_rows(p, read_text(path))
@@ -101,7 +111,33 @@ def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0
         if t - t0 > MAX_TIME:
             raise WorkloadError(p, i, tcol, t, f"{t - t0:.0f} s after the first job (line {first}); a trace may "
                                 f"span at most {MAX_TIME:.0f} s")
-    rows = [(t - t0, d, g, i) for t, d, g, i in rows]
+    return RawTrace([(t - t0, d, g, i) for t, d, g, i in rows], t0, tcol)
+
+
+def job_from_trace(models: PerfModels, job_id: str, t: float, d: float, g: int, draw: int, *, gpu_type: str = "t4",
+                   gpus_per_node: int = 4, cache: dict[tuple[str, int], float]) -> JobSpec:
+    """One traced `(submit time t, duration d, GPUs g)` job as an application job (module docstring); `cache`
+    keeps the run time of each (application, GPUs) for the caller's whole trace."""
+    app_name = application_for(d * g / 3600.0, draw)
+    app = models.app(app_name)
+    batch = int(min(max(app.init_batch_size * g, app.init_batch_size), app.max_batch_size))
+    g = min(g, app.max_batch_size // app.min_local_bsz)  # the profile cannot spread further
+    key = (app_name, g)
+    if key not in cache:
+        cache[key] = app.run_seconds(gpu_type, g, batch, gpus_per_node)
+    return JobSpec(job_id=job_id, submit_time=float(t), application=app_name, num_gpus=g, batch_size=batch,
+                   min_gpus=g, max_gpus=g, work_scale=d / cache[key], duration=d)
+
+
+def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0, min_duration: float = 60.0,
+                   max_gpu_hours: float = 1000.0, start: float | None = None, end: float | None = None,
+                   sample: int | None = None, gpu_type: str = "t4", gpus_per_node: int = 4,
+                   max_gpus: int | None = None, name: str | None = None) -> Workload:
+    """Load `timestamp|time,duration,num_gpus[,gpu_time]` rows; times are rebased to start at 0."""
+    path = Path(path) if path is not None else bundled_philly()
+    p = str(path)
+    trace = read_trace(path, min_duration=min_duration, max_gpu_hours=max_gpu_hours)
+    rows = trace.rows
     if start is not None or end is not None:
         lo, hi = start or 0.0, end if end is not None else float("inf")
         rows = [(t - lo, d, g, i) for t, d, g, i in rows if lo <= t < hi]
@@ -111,20 +147,10 @@ def load_raw_trace(path: str | Path | None, models: PerfModels, *, seed: int = 0
         rows = [rows[k] for k in keep]
     draws = rng.integers(0, 1 << 30, size=len(rows))
     cache: dict[tuple[str, int], float] = {}
-    jobs: list[tuple[int, JobSpec]] = []
-    for (t, d, g, line), draw in zip(rows, draws, strict=True):
-        if max_gpus is not None:
-            g = min(g, max_gpus)
-        app_name = application_for(d * g / 3600.0, int(draw))
-        app = models.app(app_name)
-        batch = int(min(max(app.init_batch_size * g, app.init_batch_size), app.max_batch_size))
-        g = min(g, app.max_batch_size // app.min_local_bsz)  # the profile cannot spread further
-        key = (app_name, g)
-        if key not in cache:
-            cache[key] = app.run_seconds(gpu_type, g, batch, gpus_per_node)
-        jobs.append((line, JobSpec(job_id=f"{path.name.split('.')[0]}-{line - 2}", submit_time=float(t),
-                                   application=app_name, num_gpus=g, batch_size=batch, min_gpus=g, max_gpus=g,
-                                   work_scale=d / cache[key], duration=d)))
+    prefix = path.name.split(".")[0]
+    jobs = [(line, job_from_trace(models, f"{prefix}-{line - 2}", t, d, min(g, max_gpus) if max_gpus is not None
+                                  else g, int(draw), gpu_type=gpu_type, gpus_per_node=gpus_per_node, cache=cache))
+            for (t, d, g, line), draw in zip(rows, draws, strict=True)]
     if not jobs:
-        raise WorkloadError(p, 1, tcol, None, "no job in the chosen time window")
-    return finish(p, name or path.name.split(".")[0], jobs, file_digest(path), keep_order=True)
+        raise WorkloadError(p, 1, trace.time_column, None, "no job in the chosen time window")
+    return finish(p, name or prefix, jobs, file_digest(path), keep_order=True)

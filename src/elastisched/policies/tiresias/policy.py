@@ -11,15 +11,17 @@
   reason), which keeps a round O(admitted jobs) on a long queue.
 - Cost (ours): the decision is a `KeptAllocations` (running jobs kept as they are, the stopped ones
   `released`), so the placer looks only at the changes; demotions are found by the walk where it meets the
-  job in queue 0 rather than by a pass over every running job (tests/policies/test_tiresias_walk.py checks
-  both against the plain rules, round by round).
+  job in queue 0 rather than by a pass over every running job; and where the body reports what changed
+  (`ClusterSnapshot.changed`: the simulator), the queues are kept as blocks (`index.py`) and a stretch of
+  running jobs that all fit is added up as a whole, so a round costs O(blocks + changes), not O(running
+  jobs) (tests/policies/test_tiresias_walk.py checks both against the plain rules, round by round).
 Reading: the artifact counts service by integer wall seconds since the job's last status change times its
 GPU count; we use the engine's attained GPU-seconds, which is the same quantity without rounding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, ClassVar
 
@@ -35,8 +37,10 @@ from elastisched.core.types import (
 )
 from elastisched.policies._common import can_ever_fit, fits, node_types
 from elastisched.policies.base import Policy, PolicyContext, register
+from elastisched.policies.tiresias.index import SPECIAL, TOL, Group, QueueIndex, Sums, part_of
 
 INF = float("inf")
+Static = tuple[JobView, int, bool, str | None, tuple[tuple[str, int], ...]]
 
 
 @register
@@ -58,21 +62,31 @@ class TiresiasPolicy(Policy):
         self._fit_for: tuple[NodeView, ...] | None = None  # node set that `_fit` was computed for
         self._fit: dict[tuple[tuple[str, ...], int], bool] = {}  # (GPU types, GPUs) -> can ever fit
         # per job, what the walk needs from its view, kept while the view is the same object (`_static`)
-        self._static: dict[str, tuple[Any, int, bool, str | None, tuple[tuple[str, int], ...]]] = {}
+        self._static: dict[str, Static] = {}
+        self._index: QueueIndex | None = None  # the queues as blocks, while snapshots report their changes
+        self._serial = -1  # the number of the snapshot the index is up to date with
+        self._rank: dict[str, int] = {}  # running jobs -> when they started running (the snapshot's order)
+        self._ranks = 0
 
     def on_submit(self, spec: JobSpec, now: float) -> None:
-        if spec.job_id not in self._q1:
-            self._q0.setdefault(spec.job_id, None)
+        if spec.job_id not in self._q1 and spec.job_id not in self._q0:
+            self._q0[spec.job_id] = None
+            if self._index is not None:
+                self._index.append(0, spec.job_id, SPECIAL)  # pending until its view is read
 
     def on_finish(self, job_id: str, now: float) -> None:
+        if self._index is not None:
+            self._index.remove(0 if job_id in self._q0 else 1, job_id)
         self._q0.pop(job_id, None)
         self._q1.pop(job_id, None)
         self._static.pop(job_id, None)
+        self._rank.pop(job_id, None)
 
     def _sync(self, snap: ClusterSnapshot) -> None:
         """Catch up with jobs the hooks did not announce (e.g. a restored service)."""
         if len(snap.jobs) == len(self._q0) + len(self._q1):
             return
+        self._index = None
         for jid in snap.jobs:
             if jid not in self._q0 and jid not in self._q1:
                 self._q0[jid] = None
@@ -83,19 +97,24 @@ class TiresiasPolicy(Policy):
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         self._sync(snap)
         if self._fit_for is not snap.nodes:  # can_ever_fit depends only on the node set: memoised per set
-            self._fit_for, self._fit, self._static = snap.nodes, {}, {}
+            self._fit_for, self._fit, self._static, self._index = snap.nodes, {}, {}, None
         rnd = _Round(snap)
+        index = self._follow(snap, rnd.types_of)
         # a running job of queue 0 whose attained service reached the threshold is demoted before the walk; it
         # is found where the walk meets it in queue 0 (skipped there), and joins queue 1 before that is walked
         for first in (True, False):
             if not first:
                 self._demote(rnd.demoted, rnd.running)
-            if self._walk(rnd, first):
+            if self._walk_blocks(rnd, first) if index is not None else self._walk(rnd, iter(
+                    self._q0 if first else self._q1), first, self._q1 if first else ()):
                 break
+        if rnd.skipped:
+            rnd.wake = self._skipped_wake(rnd)
         return Decision(KeptAllocations(rnd.running, rnd.added, rnd.released), rnd.reasons, next_round_at=rnd.wake)
 
-    def _walk(self, rnd: _Round, first: bool) -> bool:
-        """Walk queue 0 (`first`) or queue 1, admitting jobs while they fit; True when the GPUs ran out."""
+    def _walk(self, rnd: _Round, walk: Iterator[str], first: bool, then: Iterable[str]) -> bool:
+        """Walk `walk` (queue 0's jobs if `first`, else queue 1's), admitting jobs while they fit; True when the
+        GPUs ran out (the jobs left in `walk` and then `then` wait, and those of them that ran stop)."""
         now = rnd.now
         thr = self.threshold
         jobs = rnd.snap.jobs
@@ -103,11 +122,10 @@ class TiresiasPolicy(Policy):
         free = rnd.free
         added, released, reasons, demoted = rnd.added, rnd.released, rnd.reasons, rnd.demoted
         total_free, kept, wake = rnd.total_free, rnd.kept, rnd.wake  # locals in the loop, written back after
-        walk = iter(self._q0 if first else self._q1)
         for jid in walk:
             if total_free <= 0:  # no GPU left: the rest wait, and those of them that ran stop
                 rnd.kept, rnd.wake = kept, wake
-                self._stop_round(rnd, first, chain((jid,), walk, self._q1 if first else ()))
+                self._stop_round(rnd, first, chain((jid,), walk, then))
                 return True
             job = jobs[jid]
             st = static.get(jid)
@@ -149,6 +167,62 @@ class TiresiasPolicy(Policy):
         rnd.total_free, rnd.kept, rnd.wake = total_free, kept, wake
         return False
 
+    def _walk_blocks(self, rnd: _Round, first: bool) -> bool:
+        """`_walk` over one queue, group by group and block by block (`index.py`): a group, else a block, of
+        running jobs that all fit, none due for demotion, is added up as a whole; any other block is walked job
+        by job."""
+        q = 0 if first else 1
+        index = self._index
+        assert index is not None
+        for gi, group in enumerate(index.groups[q]):
+            if self._add_up(rnd, group, first):
+                continue
+            for bi, b in enumerate(group.blocks):
+                if not self._add_up(rnd, b, first) and (b.special or b.count) and self._walk(
+                        rnd, iter(list(b.jobs)), first, index.after(q, gi, bi, self._q1 if first else ())):
+                    return True
+        return False
+
+    def _add_up(self, rnd: _Round, s: Sums, first: bool) -> bool:
+        """Take the GPUs of a block or group whose jobs all run, fit and are not due (in queue 0); False (and
+        nothing taken) when it is not such a one."""
+        if s.special or not s.count or rnd.total_free <= 0:
+            return False
+        if first and (s.key if s.key is not None else self._index.least_key(s)) <= rnd.now + TOL:  # type: ignore[union-attr]
+            return False
+        free = rnd.free
+        run = s.run
+        for t, g in run.items():  # (`all(...)` written out: GPUs of one type, or of few)
+            if free[t] < g:
+                return False
+        for t, g in run.items():
+            free[t] -= g
+        rnd.total_free -= s.gpus
+        rnd.kept += s.count
+        if first:
+            rnd.skipped.append(s)
+        return True
+
+    def _skipped_wake(self, rnd: _Round) -> float:
+        """The round's wake-up with the demotion instants of what was added up whole (each job's, by the walk's
+        own formula, for the jobs whose `key` is within float noise of the least)."""
+        index = self._index
+        assert index is not None
+        near = min(index.least_key(s) for s in rnd.skipped) + TOL
+        now, thr, wake, jobs, parts = rnd.now, self.threshold, rnd.wake, rnd.snap.jobs, index.parts
+        blocks = [b for s in rnd.skipped if index.least_key(s) <= near
+                  for b in (s.blocks if isinstance(s, Group) else (s,)) if index.least_key(b) <= near]
+        for b in blocks:
+            for jid in b.jobs:
+                part = parts[jid]
+                if part[0] and part[3] <= near:
+                    job = jobs[jid]
+                    d = now - job.updated_at
+                    w = now + (thr - (job.attained_service + (d if d > 0.0 else 0.0) * job.allocation.gpus)) / part[2]
+                    if w < wake:
+                        wake = w
+        return wake
+
     def _stop_round(self, rnd: _Round, first: bool, rest: Iterator[str]) -> None:
         """No GPU is left: the jobs the walk did not reach wait, and those of them that ran stop."""
         if first:  # the demoted run beyond here now; the rest of queue 0 may demote more
@@ -177,15 +251,51 @@ class TiresiasPolicy(Policy):
     def _demote(self, demoted: list[str], running: Mapping[str, JobView]) -> None:
         """Move the `demoted` to the end of queue 1, in the order they run (the snapshot's), then forget them."""
         if len(demoted) > 1:
-            at = set(demoted)
-            demoted[:] = [jid for jid in running if jid in at]
+            if self._index is not None:  # the snapshot's running order, as followed from its changes
+                demoted.sort(key=self._rank.__getitem__)
+            else:
+                at = set(demoted)
+                demoted[:] = [jid for jid in running if jid in at]
         for jid in demoted:
             del self._q0[jid]
             self._q1[jid] = None
+            if self._index is not None:
+                part = self._index.parts.get(jid, SPECIAL)
+                self._index.remove(0, jid)
+                self._index.append(1, jid, part)
         demoted.clear()
 
-    def _job_static(self, job: JobView, snap: ClusterSnapshot, types_of: dict[str, str]
-                    ) -> tuple[JobView, int, bool, str | None, tuple[tuple[str, int], ...]]:
+    def _follow(self, snap: ClusterSnapshot, types_of: Mapping[str, str]) -> QueueIndex | None:
+        """The index, brought up to date with the jobs that changed (rebuilt when a snapshot was skipped); None
+        when the body does not report changes."""
+        if snap.changed is None:
+            self._index = None
+            return None
+        if self._index is None or snap.serial != self._serial + 1:
+            self._rank = {jid: i for i, jid in enumerate(snap.running_jobs())}
+            self._ranks = len(self._rank)
+            self._index = QueueIndex((self._q0, self._q1), {jid: self._part(v, snap, types_of)
+                                                            for jid, v in snap.jobs.items()})
+        else:
+            for jid in snap.changed:
+                view = snap.jobs.get(jid)
+                if view is not None:
+                    self._index.update(jid, self._part(view, snap, types_of))
+        self._serial = snap.serial
+        return self._index
+
+    def _part(self, view: JobView, snap: ClusterSnapshot, types_of: Mapping[str, str]) -> Any:
+        """A job's record for the walk (cached) and its part in its block; notes when it started running."""
+        st = self._static[view.spec.job_id] = self._job_static(view, snap, types_of)
+        jid = view.spec.job_id
+        if st[3] is None:
+            self._rank.pop(jid, None)
+        elif jid not in self._rank:
+            self._rank[jid] = self._ranks
+            self._ranks += 1
+        return part_of(view, *st[1:], self.threshold)
+
+    def _job_static(self, job: JobView, snap: ClusterSnapshot, types_of: Mapping[str, str]) -> Static:
         """(view, GPUs asked, can ever fit, type of its first node when it runs, its GPUs per node type):
         what the walk reads of a job, the same until its view changes (or the node set: then all go)."""
         spec = job.spec
@@ -211,13 +321,14 @@ class TiresiasPolicy(Policy):
         self._q0 = dict.fromkeys(state.get("q0", []))
         self._q1 = dict.fromkeys(state.get("q1", []))
         self.threshold = float(state.get("threshold", self.threshold))
+        self._index = None
 
 
 class _Round:
     """What one Tiresias round carries between its two queue walks."""
 
-    __slots__ = ("added", "demoted", "free", "kept", "now", "reasons", "released", "running", "snap", "total_free",
-                 "types_of", "wake")
+    __slots__ = ("added", "demoted", "free", "kept", "now", "reasons", "released", "running", "skipped", "snap",
+                 "total_free", "types_of", "wake")
 
     def __init__(self, snap: ClusterSnapshot) -> None:
         self.snap = snap
@@ -234,3 +345,4 @@ class _Round:
         self.reasons: dict[str, PendingReason] = {}
         self.wake = INF
         self.demoted: list[str] = []  # queue-0 jobs found at the threshold, not yet moved to queue 1
+        self.skipped: list[Any] = []  # queue-0 blocks added up as a whole (their wake-ups are read at the end)

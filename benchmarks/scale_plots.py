@@ -1,0 +1,121 @@
+"""The figures of docs/scale.md, drawn from benchmarks/results/scale.json (written by benchmarks/scale.py).
+
+One PNG per figure, for every section the JSON holds (schemas in scale.py's docstring):
+- replay:    `replay_cpu.png` (simulation CPU against jobs, per policy, log-log, with the linear slope through
+             the smallest size and the 60 s target) and `replay_rss.png` (peak RSS against jobs, 2 GiB target);
+- decisions: `decisions.png` (p99 decision time against GPUs, per policy, one panel per active-job count, the
+             1 s target; a point decided under a time budget is drawn hollow);
+- philly:    `philly.png` (CPU seconds per policy and cluster on the full Philly trace, the 10 min target, and
+             mean JCT beside it).
+The `live` section is a table in docs/scale.md, not a figure. Usage: `python benchmarks/scale_plots.py
+[--json benchmarks/results/scale.json] [--out docs/scale]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_JSON = HERE / "results" / "scale.json"
+DEFAULT_OUT = HERE.parent / "docs" / "scale"
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def replay(section: dict[str, Any], out: Path) -> list[Path]:
+    runs = section["runs"]
+    target = section.get("targets", {})
+    paths = []
+    for key, name, label, limit in (("cpu_s", "replay_cpu.png", "simulation CPU (s)", target.get("cpu_s")),
+                                    ("peak_rss_mib", "replay_rss.png", "peak RSS (MiB)", target.get("peak_rss_mib"))):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for policy in dict.fromkeys(r["policy"] for r in runs):
+            pts = sorted((r["jobs"], r[key]) for r in runs if r["policy"] == policy)
+            ax.plot([j for j, _ in pts], [v for _, v in pts], "o-", label=policy)
+            if key == "cpu_s" and len(pts) > 1:  # linear growth from the smallest size, for comparison
+                j0, v0 = pts[0]
+                ax.plot([j0, pts[-1][0]], [v0, v0 * pts[-1][0] / j0], ":", color="grey", linewidth=1)
+        if limit:
+            ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"target {limit:g}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("jobs (philly:jobs=N)")
+        ax.set_ylabel(label)
+        ax.set_title(f"replay on {section.get('cluster', '?')}" + (" (dotted: linear)" if key == "cpu_s" else ""))
+        ax.legend()
+        paths.append(_save(fig, out / name))
+    return paths
+
+
+def decisions(section: dict[str, Any], out: Path) -> list[Path]:
+    points = section["points"]
+    sizes = sorted({p["jobs"] for p in points})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False)
+    for ax, jobs in zip(axes[0], sizes, strict=True):
+        for policy in sorted({p["policy"] for p in points if p["jobs"] == jobs}):
+            pts = sorted((p["gpus"], p["p99_s"], p.get("budget_s")) for p in points
+                         if p["jobs"] == jobs and p["policy"] == policy)
+            line, = ax.plot([g for g, _, _ in pts], [v for _, v, _ in pts], "o-", label=policy)
+            hollow = [(g, v) for g, v, b in pts if b]
+            if hollow:
+                ax.plot(*zip(*hollow, strict=True), "o", mfc="white", color=line.get_color())
+        ax.axhline(1.0, color="red", linestyle="--", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("decision time per round, p99 (s)")
+        ax.set_title(f"{jobs} active jobs")
+        ax.legend(fontsize=7)
+    return [_save(fig, out / "decisions.png")]
+
+
+def philly(section: dict[str, Any], out: Path) -> list[Path]:
+    runs = section["runs"]
+    labels = [f"{r['policy']}\n{r['cluster']}" for r in runs]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 0.6 * len(runs) + 1.5))
+    a.barh(labels, [r["cpu_s"] for r in runs])
+    a.axvline(600, color="red", linestyle="--", linewidth=1)
+    a.set_xlabel("CPU seconds, whole trace (target 600)")
+    b.barh(labels, [r["avg_jct"] / 3600 for r in runs])
+    b.set_xlabel("mean JCT (hours)")
+    b.set_yticks([])
+    fig.suptitle("full Philly trace")
+    return [_save(fig, out / "philly.png")]
+
+
+PLOTS: dict[str, Callable[[dict[str, Any], Path], list[Path]]] = {
+    "replay": replay, "decisions": decisions, "philly": philly}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON, help="scale.json to read (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for the PNGs (default: %(default)s)")
+    args = p.parse_args(argv)
+    if not args.json.is_file():
+        p.error(f"--json: no such file {args.json} (run benchmarks/scale.py first)")
+    data = json.loads(args.json.read_text())
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, plot in PLOTS.items():
+        if name in data:
+            for path in plot(data[name], args.out):
+                print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
