@@ -31,7 +31,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared helpers
 from _harness import kill_workers, start_service, stop_service, wait_healthy
 
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789abcdef"
 
 
 def _rss(pid: int) -> dict[str, float]:

@@ -36,8 +36,9 @@ class ActionKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything a backend needs to start one generation of a job's workers, so that it never reads the
-    service's store: what to run, which generation this is and why, the global batch, extra environment, and
-    a launch token that marks every worker of this generation (a restarted service finds them by it)."""
+    service's store: what to run, which generation this is and why, the global batch, the job's own
+    environment variables, a launch token that marks every worker of this generation (a restarted service
+    finds them by it), and the elastisched user who submitted it (its workers run as that user's account)."""
 
     script: str
     args: tuple[str, ...]
@@ -46,6 +47,7 @@ class LaunchSpec:
     token: str
     batch_size: int | None = None  # global batch (None: the script's own)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    user: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,7 @@ class Launches:
             self.store.add_event(a.job_id, cause, {"generation": gen, "placement": placement, "batch_size": batch},
                                  conn=c)
         spec = LaunchSpec(script=row["script"], args=tuple(row["args"]), generation=gen, cause=cause, token=token,
-                          batch_size=batch)
+                          batch_size=batch, env=dict(row["spec"].get("env") or {}), user=row.get("owner"))
         return Action(a.kind, a.job_id, a.allocation, a.previous, spec)
 
     def started(self, e: JobStarted) -> None:

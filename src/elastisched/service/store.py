@@ -127,18 +127,23 @@ class Store:
     # ------------------------------------------------------------------ jobs
     def create_job(self, *, name: str | None, script: str, args: Sequence[str], spec: Mapping[str, Any],
                    now: float | None = None, owner: str | None = None) -> dict[str, Any]:
-        now = time.time() if now is None else now
         with self.tx() as c:
+            return self.insert_job(c, name=name, script=script, args=args, spec=spec, now=now, owner=owner)
+
+    def insert_job(self, c: Connection, *, name: str | None, script: str, args: Sequence[str],
+                   spec: Mapping[str, Any], now: float | None = None, owner: str | None = None) -> dict[str, Any]:
+        """A new PENDING job and its `submitted` event, in the caller's transaction; the row as written (no
+        read-back: columns not set are NULL)."""
+        now = time.time() if now is None else now
+        jid = secrets.token_hex(4)
+        while c.execute(select(jobs.c.id).where(jobs.c.id == jid)).first() is not None:
             jid = secrets.token_hex(4)
-            while c.execute(select(jobs.c.id).where(jobs.c.id == jid)).first() is not None:
-                jid = secrets.token_hex(4)
-            row: dict[str, Any] = {
-                "id": jid, "name": name or jid, "script": script, "args": list(args), "spec": dict(spec),
-                "state": "PENDING", "submit_time": now, "placement": [], "generation": 0, "restarts": 0,
-                "retries": 0, "cancel_requested": False, "held": False, "owner": owner}
-            seq = c.execute(insert(jobs).values(**row)).inserted_primary_key[0]
-            self._event(c, now, jid, "submitted", {"spec": row["spec"], "script": script, "args": row["args"]})
-        # the row as written (no read-back): columns not set are NULL
+        row: dict[str, Any] = {
+            "id": jid, "name": name or jid, "script": script, "args": list(args), "spec": dict(spec),
+            "state": "PENDING", "submit_time": now, "placement": [], "generation": 0, "restarts": 0,
+            "retries": 0, "cancel_requested": False, "held": False, "owner": owner}
+        seq = c.execute(insert(jobs).values(**row)).inserted_primary_key[0]
+        self._event(c, now, jid, "submitted", {"spec": row["spec"], "script": script, "args": row["args"]})
         return {col.name: None for col in jobs.columns} | row | {"seq": seq}
 
     def get_job(self, id_or_prefix: str, owner: str | None = None) -> dict[str, Any] | None:

@@ -100,6 +100,17 @@ loan_offers = Table(
     Column("done_at", Float),
 )
 
+# Submissions made with an `Idempotency-Key` (service/intake.py): a retry with the same key and body gets the
+# job the first one created, across restarts; `digest` is sha256 of the request as validated.
+idempotency_keys = Table(
+    "idempotency_keys", meta,
+    Column("owner", String(64), primary_key=True),  # "" for a job without an owner
+    Column("key", String(255), primary_key=True),
+    Column("digest", String(64), nullable=False),
+    Column("job_id", String(32), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
 kv = Table(
     "meta", meta,
     Column("key", String(64), primary_key=True),

@@ -32,6 +32,8 @@ class ApiContext:
     scripts_dir: Path  # resolved: a job's script must lie inside it
     follows: Follows
     authn: Authenticator
+    max_queued: int = 1000  # queued (pending or suspended) jobs a user who is not an admin may have
+    isolation: str = "none"  # users: jobs run as each user's account; none: as the service
 
 
 async def api_context(request: Request) -> ApiContext:
@@ -119,6 +121,7 @@ def job_json(row: dict[str, Any]) -> dict[str, Any]:
         "restarts": row["restarts"], "retries": row["retries"], "submit_time": row["submit_time"],
         "start_time": row["start_time"], "end_time": row["end_time"], "script": row["script"],
         "args": row["args"], "message": row["message"], "held": bool(row.get("held")), "owner": row.get("owner"),
+        "env": spec.get("env") or {},
     }
 
 
