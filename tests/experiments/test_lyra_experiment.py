@@ -80,7 +80,8 @@ def test_abundant_regime_is_the_earlier_set_up() -> None:
 
 
 @pytest.mark.parametrize("field, value", [("variants", ("nope",)), ("policies", ("lyar",)), ("regime", "papr"),
-                                          ("seeds", ())])
+                                          ("seeds", ()), ("length_estimate", "lognormal"),
+                                          ("reserve_fraction", 1.5)])
 def test_bad_names_are_config_errors(field: str, value: object) -> None:
     cfg = dataclasses.replace(LyraConfig(days=1.0, sample=20, fixed_servers=2), **{field: value})
     with pytest.raises(ConfigError, match=field):

@@ -18,6 +18,7 @@ from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, make_policy
 from elastisched.policies.lyra import policy as _lyra_policy  # noqa: F401  (registers "lyra" for make_policy)
 from elastisched.sim import SimConfig, SimResult, simulate
+from elastisched.sim.length_estimate import LengthEstimate
 from elastisched.workloads.schema import Workload
 
 
@@ -45,10 +46,13 @@ def lyra(**opts: Any) -> Policy:
 
 
 def run_sim(wl: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels, plan: LoanPlan | None,
-            seed: int, progress: ProgressFactory | None = None, task: str = "") -> SimResult:
-    """One simulation, with the inference side's loan plan (None: no loaning)."""
+            seed: int, progress: ProgressFactory | None = None, task: str = "",
+            length_estimate: LengthEstimate | None = None) -> SimResult:
+    """One simulation, with the inference side's loan plan (None: no loaning) and what jobs declare about their
+    length to the policies that read it (None: exact)."""
     cb = progress(task or policy.name) if progress else None
-    return simulate(wl, policy, nodes, models, SimConfig(seed=seed, loans=plan, progress=cb))
+    return simulate(wl, policy, nodes, models, SimConfig(seed=seed, loans=plan, progress=cb,
+                                                         length_estimate=length_estimate or LengthEstimate()))
 
 
 SUMMARY_KEYS = ("avg_jct", "median_jct", "p95_jct", "avg_queue", "p95_queue", "makespan", "gpu_utilization",

@@ -23,7 +23,8 @@ Set-up (every choice is a field of `LyraConfig`, hence an option of the command)
   in the abundant one); `loaning_only` = lyra without elastic scaling; `elastic_only` = lyra without loaning;
   `lyra` = full Lyra (greedy reclaim); one full-Lyra run per other reclaim method (`variants`); and every
   registered policy named in `policies`, with the same loans (the comparison the new policies are judged
-  by). The full run also evaluates every reclaim method on each of its own reclaim instances
+  by); `length_estimate` sets what jobs declare about their length to the policies that read it (lyra, FIFO
+  and the baseline do not). The full run also evaluates every reclaim method on each of its own reclaim instances
   (`compare_reclaim`) and checks phase 2 greedy vs exact on every round (`check_mckp`).
 - Per run: avg / p95 JCT and queue, and what reclaims cost it (`_loaning_common.reclaim_losses`: jobs evicted,
   shrunk, moved, GPU-hours lost; the definition is printed with the table).
@@ -71,6 +72,7 @@ from elastisched.policies._reclaim import METHODS
 from elastisched.policies.base import Policy, is_registered, make_policy, unknown_policy_hint
 from elastisched.report.loan_figures import fig_cdfs, fig_loans
 from elastisched.sim import SimResult
+from elastisched.sim.length_estimate import LengthEstimate
 from elastisched.workloads.schema import Workload
 from elastisched.workloads.traces import load_raw_trace
 
@@ -92,6 +94,7 @@ class LyraConfig:
     target_queue: float = 3000.0  # the baseline's average queuing delay (s) the training cluster is sized for
     tolerance: float = 0.2  # accepted relative distance of the baseline's queue from target_queue
     policies: tuple[str, ...] = ()  # other registered policies run beside lyra with the same cluster and loans
+    length_estimate: str = "exact"  # what jobs declare to policies that read it: exact, lognormal:SIGMA, none
     inference_ratio: float | None = None  # inference servers per training server (default: the regime's)
     gpus_per_server: int = 4  # GPUs per server (training and inference)
     reserve_fraction: float | None = None  # fraction of inference servers never lent (default: the regime's)
@@ -139,6 +142,11 @@ def check_config(cfg: LyraConfig) -> Regime:
             raise ConfigError("policies", name, unknown_policy_hint(name))
     if not cfg.seeds:
         raise ConfigError("seeds", "", "give at least one seed")
+    LengthEstimate.parse(cfg.length_estimate, "length_estimate")
+    if cfg.reserve_fraction is not None and not 0 <= cfg.reserve_fraction <= 1:
+        raise ConfigError("reserve_fraction", cfg.reserve_fraction, "must lie in [0, 1]")
+    if cfg.inference_ratio is not None and cfg.inference_ratio <= 0:
+        raise ConfigError("inference_ratio", cfg.inference_ratio, "must be > 0")
     return reg
 
 
@@ -158,7 +166,8 @@ def calibrate(wl: Workload, models: PerfModels, cfg: LyraConfig, seed: int, base
 
     def base(n: int) -> SimResult:
         return run_sim(wl, baseline_policy(baseline), nodes_of(n, g, cfg.train_gpu_type), models, None, seed,
-                       progress, f"calibrate {baseline} {n} GPUs (seed {seed})")
+                       progress, f"calibrate {baseline} {n} GPUs (seed {seed})",
+                       LengthEstimate.parse(cfg.length_estimate, "length_estimate"))
 
     if cfg.fixed_servers is not None:
         n = cfg.fixed_servers * g
@@ -260,8 +269,9 @@ def run_seed(cfg: LyraConfig, reg: Regime, seed: int, progress: ProgressFactory 
     runs: dict[str, SimResult] = {"baseline": base}
     full = lyra(compare_reclaim=True, check_mckp=True)
     configs = _configs(cfg, reg, plan, full)
+    estimate = LengthEstimate.parse(cfg.length_estimate, "length_estimate")
     for name, pol, p in configs:
-        runs[name] = run_sim(wl, pol, nodes, models, p, seed, progress, f"{name} (seed {seed})")
+        runs[name] = run_sim(wl, pol, nodes, models, p, seed, progress, f"{name} (seed {seed})", estimate)
     horizon = cfg.days * DAY
     data = _seed_data(runs, full, configs, wl, models, horizon)
     data.update({"seed": seed, "workload": {"name": wl.name, "jobs": len(wl.jobs), "digest": wl.digest},
