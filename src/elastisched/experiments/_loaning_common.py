@@ -96,7 +96,8 @@ def reclaim_losses(res: SimResult, wl: Workload, models: PerfModels, restart_cos
                 evicted += 1
                 lost += stall(jid) * before
             else:
-                shrunk, moved = (shrunk + 1, moved) if after < before else (shrunk, moved + 1)
+                shrunk += after < before
+                moved += after >= before
                 lost += stall(jid) * after
     return {"reclaim_evictions": evicted, "reclaim_shrinks": shrunk, "reclaim_moves": moved,
             "reclaim_gpu_hours_lost": lost / 3600}
