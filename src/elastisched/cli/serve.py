@@ -12,7 +12,7 @@ import typer
 
 def serve(
     db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///<workdir>/elastisched.db)"),
-    cluster: str = typer.Option("2x4:cpu", "--cluster", help="node inventory, e.g. 2x4:cpu"),
+    cluster: str = typer.Option("2x4:cpu", "--cluster", help="nodes, e.g. 2x4:cpu or 6x4:t4,2x8:a100 (no type: cpu)"),
     policy: str = typer.Option("fifo", "--policy", help="any registered policy (elastisched policies)"),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8470, "--port"),
@@ -27,7 +27,9 @@ def serve(
     max_follows: int = typer.Option(32, "--max-follows", min=1, help="concurrent `logs --follow` streams"),
     profiles: Path = typer.Option(None, "--profiles", help="measured profiles (elastisched profile), one dir "
                                   "per application, used as performance models next to the bundled ones"),
-    backend: str = typer.Option("local", "--backend", help="local (processes here) or ray (docs/ray.md)"),
+    backend: str = typer.Option("local", "--backend", help="local, ray (docs/ray.md), or fake: nodes that exist "
+                                "only in the service, jobs run by their model (docs/scale.md; no type: t4)"),
+    fake_mtbf: float = typer.Option(None, "--fake-mtbf", help="fake: mean s until a generation fails"),
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster for --backend ray: auto or HOST:PORT"),
     db_file: Path = typer.Option(None, "--db-file", help="file holding the database URL (a URL with a password "
                                  "never goes on the command line: this, or $ELASTISCHED_DB)"),
@@ -63,7 +65,8 @@ def serve(
         run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, token=tok,
             scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
             profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address,
-            policy_interval=policy_interval, jobs=jobs, db_file=None if db_file is None else str(db_file))
+            policy_interval=policy_interval, jobs=jobs, db_file=None if db_file is None else str(db_file),
+            fake_mtbf_s=fake_mtbf)
     except ElastischedError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

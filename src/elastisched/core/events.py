@@ -8,7 +8,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from elastisched.core.enums import Cause
-from elastisched.core.types import Allocation, JobId
+from elastisched.core.types import Allocation, JobId, JobSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,9 @@ class LaunchSpec:
     token: str
     batch_size: int | None = None  # global batch (None: the script's own)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # the job as its policy sees it (application, work, duration): what a backend that models a run instead
+    # of starting one needs (backends/fake.py); a backend that runs the script ignores it
+    job: JobSpec | None = None
     user: str | None = None
 
 

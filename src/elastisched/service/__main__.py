@@ -35,7 +35,10 @@ def main() -> None:
     ap.add_argument("--follow-idle", type=float, default=300.0, help="end a log follow after this long (s) "
                     "without new output")
     ap.add_argument("--profiles", default=None, help="measured application profiles (Pollux format), one dir each")
-    ap.add_argument("--backend", default="local", choices=["local", "ray"])
+    ap.add_argument("--backend", default="local", choices=["local", "ray", "fake"],
+                    help="local processes, a Ray cluster, or fake nodes that exist only in the service (scale tests)")
+    ap.add_argument("--fake-mtbf", type=float, default=None, help="--backend fake: mean seconds until a running "
+                    "generation fails (default: never)")
     ap.add_argument("--ray-address", default=None, help="Ray cluster (auto or HOST:PORT) for --backend ray")
     ap.add_argument("--isolation", default="auto", choices=["auto", "users", "none"], help="users: jobs run as "
                     "each user's Unix account (needs root); none: as the service; auto: users when root")
@@ -56,7 +59,7 @@ def main() -> None:
               scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries,
               profiles=a.profiles, max_follows=a.max_follows, follow_idle_s=a.follow_idle,
               backend=a.backend, ray_address=a.ray_address, policy_interval=a.policy_interval, jobs=jobs,
-              db_file=a.db_file, token_file=a.token_file)
+              db_file=a.db_file, token_file=a.token_file, fake_mtbf_s=a.fake_mtbf)
     except ElastischedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

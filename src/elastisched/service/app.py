@@ -27,9 +27,10 @@ from elastisched.service.auth import Authenticator
 from elastisched.service.daemon import Service
 from elastisched.service.headers import security_headers
 from elastisched.service.isolation import DEFAULT_MAX_QUEUED
+from elastisched.service.job_listing import Listing
 from elastisched.service.logstream import Follows
 from elastisched.service.routes import cluster, dashboard, jobs, meta
-from elastisched.service.routes.context import ApiContext, http_error
+from elastisched.service.routes.context import ApiContext, http_error, job_json
 from elastisched.service.routes.meta import DASHBOARD
 
 
@@ -41,7 +42,7 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
     lifespan starts and stops the engine loop."""
     ctx = ApiContext(service=service, store=service.store, scripts_dir=Path(scripts_dir).resolve(),
                      follows=follows or Follows(), authn=Authenticator(service.store, token), max_queued=max_queued,
-                     isolation=isolation)
+                     isolation=isolation, listing=Listing(service.store, job_json))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -1,4 +1,4 @@
-"""Assemble store + local backend + engine loop + API and run them under uvicorn (`elastisched serve`).
+"""Assemble store + backend (local, Ray or fake) + engine loop + API and run them under uvicorn (`elastisched serve`).
 
 Shutdown (SIGTERM/SIGINT) always ends within `--grace` seconds (at least 1): open log follows end at their
 next poll, uvicorn stops waiting for connections after half of it, and a watchdog exits the process when the
@@ -32,6 +32,7 @@ from elastisched.service.logstream import Follows
 from elastisched.service.secret_inputs import TOKEN_ENV, check_admin_token, read_secret_file
 from elastisched.service.store import Store
 
+BACKENDS = ("local", "ray", "fake")
 log = logging.getLogger("elastisched.service")
 
 
@@ -69,8 +70,8 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           python: str = sys.executable, max_follows: int = 32,
           follow_idle_s: float = 300.0, backend: str = "local",
           ray_address: str | None = None, policy_interval: float | None = None,
-          jobs: JobsConfig | None = None, db_file: str | None = None, token_file: str | None = None,
-          ) -> tuple[FastAPI, Service, str]:
+          fake_mtbf_s: float | None = None, jobs: JobsConfig | None = None, db_file: str | None = None,
+          token_file: str | None = None) -> tuple[FastAPI, Service, str]:
     """The app, its service and the admin token. `jobs`: how jobs are isolated (`service/isolation.py`)."""
     jobs = jobs or JobsConfig()
     mode = jobs.mode(backend)
@@ -87,23 +88,32 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
     elif not Path(scripts_dir).is_dir():
         raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
     tok, _source = resolve_token(token, work, token_file)
+    if backend not in BACKENDS:
+        raise ConfigError("--backend", backend, f"must be one of {', '.join(BACKENDS)}")
     if policy_interval is not None and not (policy_interval > 0 and policy_interval < float("inf")):
         raise ConfigError("--policy-interval", str(policy_interval), "must be a positive number of seconds")
+    if fake_mtbf_s is not None and (backend != "fake" or not 0 < fake_mtbf_s < float("inf")):
+        raise ConfigError("--fake-mtbf", str(fake_mtbf_s), "needs --backend fake and a positive number of seconds")
+    profiles_dir = None if profiles is None else str(Path(profiles).resolve())
+    models = None
+    if backend == "fake":  # the fake runs jobs by the models the policy sees: one set, built once
+        from elastisched.service.profiles import load_models
+
+        models = load_models(profiles_dir)
     store = Store(url)
-    runner, nodes = _backend(backend, work, cluster, python, grace_s, ray_address, jobs, mode)
+    runner, nodes = _backend(backend, work, cluster, python, grace_s, ray_address, jobs, mode,
+                             fake=(models, fake_mtbf_s, seed))
     service = Service(store, nodes, runner, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
-                      policy_interval=policy_interval,
-                      profiles_dir=None if profiles is None else str(Path(profiles).resolve()))
+                      policy_interval=policy_interval, models=models, profiles_dir=profiles_dir)
     follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
     app = create_app(service, tok, scripts_dir, follows=follows, max_queued=jobs.max_queued, isolation=mode)
     return app, service, tok
 
 
 def _backend(backend: str, work: Path, cluster: str, python: str, grace_s: float, ray_address: str | None,
-             jobs: JobsConfig, mode: str) -> tuple[Any, tuple[NodeView, ...]]:
-    """The backend and its nodes: local processes (run as each user's account in mode `users`) or Ray."""
-    if backend not in ("local", "ray"):
-        raise ConfigError("--backend", backend, "must be local or ray")
+             jobs: JobsConfig, mode: str, fake: tuple[Any, float | None, int]) -> tuple[Any, tuple[NodeView, ...]]:
+    """The backend and its nodes: local processes (run as each user's account in mode `users`), Ray, or fake
+    nodes that exist only in the service (`fake`: the models, mean time between failures, seed)."""
     if backend == "ray":  # the inventory comes from the Ray cluster; --cluster is not used
         from elastisched.backends.ray import RayBackend
 
@@ -113,6 +123,12 @@ def _backend(backend: str, work: Path, cluster: str, python: str, grace_s: float
             raise ConfigError("--ray-address", ray_address or "auto", "has no alive node with a gpu_<type> resource "
                               "in the train pool")
         return runner, nodes
+    if backend == "fake":  # nodes that exist only in the service; the bundled profiles are of t4 GPUs
+        from elastisched.backends.fake import FakeBackend
+
+        nodes = parse_cluster(cluster, default_gpu_type="t4")
+        models, mtbf_s, seed = fake
+        return FakeBackend(nodes, models, mtbf_s=mtbf_s, seed=seed), nodes
     nodes = parse_cluster(cluster, default_gpu_type="cpu")
     python = jobs.python or python
     users, env = jobs.runtime(mode, python, work)

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from elastisched.service.api_models import JOB_ID
 from elastisched.service.auth import TOKEN_RE, Authenticator, Principal
 from elastisched.service.daemon import Service
+from elastisched.service.job_listing import Listing
 from elastisched.service.logstream import Follows
 from elastisched.service.store import TERMINAL, AmbiguousId, Store
 
@@ -32,6 +33,7 @@ class ApiContext:
     scripts_dir: Path  # resolved: a job's script must lie inside it
     follows: Follows
     authn: Authenticator
+    listing: Listing  # `GET /v1/jobs`, with ended jobs' JSON kept
     max_queued: int = 1000  # queued (pending or suspended) jobs a user who is not an admin may have
     isolation: str = "none"  # users: jobs run as each user's account; none: as the service
 

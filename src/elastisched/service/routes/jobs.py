@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, status
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from elastisched.service.api_models import ResizeRequest, SubmitRequest
 from elastisched.service.daemon import Service
@@ -16,7 +16,7 @@ from elastisched.service.intake import KEY_PATTERN, KeyReused, QueueFull, digest
 from elastisched.service.routes.context import ApiContext, Ctx, JobId, User, find, job_json, live, unprocessable
 from elastisched.service.routes.meta import STATES
 from elastisched.service.spec_defaults import stored_spec
-from elastisched.service.store import TERMINAL
+from elastisched.service.store import TERMINAL, AmbiguousId
 from elastisched.service.tables import LEGACY_STATES
 
 MAX_LOG_BYTES = 16 << 20  # a plain (not followed) log read returns at most the last 16 MiB
@@ -104,23 +104,31 @@ def script_path(script: str, allowed: Path) -> Path:
     return path
 
 
-@router.get("/v1/jobs")
+# The two reads clients poll answer with a `JSONResponse` built here: FastAPI would otherwise validate and
+# re-serialise every row of the answer against the return type (a list of free-form dicts) first.
+@router.get("/v1/jobs", response_class=JSONResponse)
 def list_jobs(who: User, ctx: Ctx, state: Annotated[str | None, Query(max_length=200)] = None,
-              limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> list[dict[str, Any]]:
+              limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> Response:
+    """Your jobs (an admin: all) in submission order (`service/job_listing.py`)."""
     states = [s.strip().upper() for s in state.split(",")] if state else None
     for s in states or ():
         if s not in STATES and s not in LEGACY_STATES:  # older names (STARTING, RESIZING) still filter
             raise unprocessable(f"state: {s[:40]!r} is not a job state; one of {', '.join(STATES)}")
-    return [job_json(r) for r in ctx.store.list_jobs(states, limit, owner=None if who.admin else who.user)]
+    return Response(ctx.listing.body(states, limit, owner=None if who.admin else who.user),
+                    media_type="application/json")
 
 
-@router.get("/v1/jobs/{job_id}")
-def describe(job_id: JobId, who: User, ctx: Ctx) -> dict[str, Any]:
-    row = find(ctx.store, job_id, who)
-    out = job_json(row)
-    out["generations"] = ctx.store.generations(row["id"])
-    out["events"] = ctx.store.events(row["id"])
-    return out
+@router.get("/v1/jobs/{job_id}", response_class=JSONResponse)
+def describe(job_id: JobId, who: User, ctx: Ctx) -> JSONResponse:
+    """The job with its generations and events (one read)."""
+    try:
+        found = ctx.store.job_detail(job_id, owner=None if who.admin else who.user)
+    except AmbiguousId as e:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job_id: {e}") from None
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"job_id: no job {job_id!r}")
+    row, gens, evs = found
+    return JSONResponse(job_json(row) | {"generations": gens, "events": evs})
 
 
 @router.delete("/v1/jobs/{job_id}", status_code=202)

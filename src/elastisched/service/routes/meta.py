@@ -79,6 +79,7 @@ def prometheus(service: Service) -> str:
               "# HELP elastisched_round_latency_seconds Policy and engine time of the last round.",
               "# TYPE elastisched_round_latency_seconds gauge",
               f"elastisched_round_latency_seconds {service.round_latency_s:.6f}",
+              *service.round_times.prometheus(),
               "# HELP elastisched_engine_healthy 1 if the last engine step raised no error.",
               "# TYPE elastisched_engine_healthy gauge",
               f"elastisched_engine_healthy {int(service.last_error is None)}"]
