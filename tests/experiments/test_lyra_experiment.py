@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from elastisched.core.errors import ConfigError
-from elastisched.experiments.lyra import Lyra, LyraConfig
+from elastisched.experiments._lyra_regimes import rival_verdicts
+from elastisched.experiments.lyra import Lyra, LyraConfig, _queue_error
 from elastisched.experiments.lyra_deepboot import DeepBootConfig, LyraDeepBoot
 from elastisched.experiments.writer import write_result
 
@@ -77,6 +78,25 @@ def test_abundant_regime_is_the_earlier_set_up() -> None:
     assert seed["vs_fifo"] == {"queue_reduction": seed["queue_reduction"], "jct_reduction": seed["jct_reduction"]}
     jct = next(v for v in res.verdicts if v.claim.startswith("JCT"))
     assert jct.target == "≥ 1.48" and jct.passed == (data["jct_reduction"] >= 1.48)
+
+
+def test_elastisched_is_judged_against_lyra_by_the_issue_bars() -> None:
+    def runs(jct: float, evicted: float) -> dict[str, dict[str, float]]:
+        return {"avg_jct": {"mean": jct}, "reclaim_evictions": {"mean": evicted}}
+
+    got = rival_verdicts({"lyra": runs(1000.0, 30.0), "elastisched": runs(850.0, 21.0), "tiresias": runs(1.0, 0.0)},
+                         "0, 1")
+    assert [(round(m, 3), bar, ok) for _, m, bar, ok in got] == [(0.85, "≤ 0.90", True), (0.7, "≤ 0.67", False)]
+    assert all(claim.startswith("elastisched's") for claim, *_ in got)  # only the policy the bars are for
+    assert rival_verdicts({"lyra": runs(1000.0, 0.0), "elastisched": runs(950.0, 0.0)}, "0")[1][1:] == (
+        0.0, "≤ 0.67", True)  # no eviction by either: met
+    assert rival_verdicts({"lyra": runs(1000.0, 0.0)}, "0") == []
+
+
+def test_queue_at_least_ranks_every_queue_above_the_target_first() -> None:
+    assert _queue_error(3300.0, 3000.0, False) == pytest.approx(0.1) == _queue_error(2700.0, 3000.0, False)
+    assert _queue_error(3900.0, 3000.0, True) < _queue_error(2990.0, 3000.0, True)
+    assert _queue_error(3100.0, 3000.0, True) < _queue_error(3300.0, 3000.0, True)
 
 
 @pytest.mark.parametrize("field, value", [("variants", ("nope",)), ("policies", ("lyar",)), ("regime", "papr"),
