@@ -27,6 +27,10 @@ of each:
   peer-data README) are the averages over the 160 training jobs only; so is ours.
 - Job run times come from our Pollux-derived models, which DeepBoot's simulator shares (its
   `applications.py` is Pollux's), so the figures are comparable but not identical.
+- Other policies (`policies`): besides the named configurations below (`POLICIES`), any registered policy runs
+  on the same split and loan plan, on the elastic reading of the jobs (min 1, max = request) when the policy
+  is elastic, else at the CSV's `num_replicas`. Per run the report gives what reclaims cost it
+  (`_loaning_common.reclaim_losses`, its definition beside the table).
 - Verdict: our lyra's training-job average JCT below DeepBoot's Tiresias figure (the better of its two).
 """
 
@@ -39,7 +43,16 @@ from pathlib import Path
 from typing import Any
 
 from elastisched.core.errors import ConfigError
-from elastisched.experiments._loaning_common import lyra, make_elastic, nodes_of, run_sim, run_summary, runs_table
+from elastisched.experiments._loaning_common import (
+    LOSS_DEFINITION,
+    lyra,
+    make_elastic,
+    nodes_of,
+    reclaim_losses,
+    run_sim,
+    run_summary,
+    runs_table,
+)
 from elastisched.experiments.base import (
     Experiment,
     ExperimentResult,
@@ -52,7 +65,7 @@ from elastisched.loaning.demand import from_inference_tasks
 from elastisched.loaning.timeline import loan_plan
 from elastisched.models.profiles import load_pollux_bundled
 from elastisched.models.registry import PerfModels
-from elastisched.policies.base import Policy, make_policy
+from elastisched.policies.base import Policy, is_registered, make_policy, unknown_policy_hint
 from elastisched.report.loan_figures import fig_cdfs, fig_loans
 from elastisched.workloads import load_workload
 from elastisched.workloads.schema import Workload
@@ -83,7 +96,7 @@ class DeepBootConfig:
     max_factor: int = 1  # elastic max = factor x request (DeepBoot's Aryl: the request is the max)
     deepboot_restart: bool = True  # DeepBoot's per-app restart delays instead of our models' own 30 s
     seed: int = 0  # random seed
-    policies: tuple[str, ...] = ("lyra", "tiresias", "lyra_jct_value")  # runs (also lyra_inelastic, fifo)
+    policies: tuple[str, ...] = ("lyra", "tiresias", "lyra_jct_value")  # runs: lyra_inelastic, any registered policy
 
 
 def deepboot_compare(cfg: DeepBootConfig, progress: ProgressFactory | None = None) -> tuple[dict[str, Any],
@@ -93,9 +106,9 @@ def deepboot_compare(cfg: DeepBootConfig, progress: ProgressFactory | None = Non
     if not cfg.workload.is_file():
         raise ConfigError("workload", str(cfg.workload), "no such file; point --workload at DeepBoot's "
                           "workload CSV (peer-data/deepboot/workload/small.csv)")
-    unknown = [p for p in cfg.policies if p not in POLICIES]
-    if unknown:
-        raise ConfigError("policies", ",".join(unknown), f"unknown; known: {', '.join(POLICIES)}")
+    for name in cfg.policies:
+        if name not in POLICIES and not is_registered(name):
+            raise ConfigError("policies", name, f"{unknown_policy_hint(name)}; or one of {', '.join(POLICIES)}")
     models = (PerfModels(load_pollux_bundled(), restart_cost=DEEPBOOT_RESTART) if cfg.deepboot_restart
               else PerfModels.load())
     wl = load_workload(str(cfg.workload), models)
@@ -112,7 +125,7 @@ def deepboot_compare(cfg: DeepBootConfig, progress: ProgressFactory | None = Non
         "tiresias": lambda: (wl, make_policy("tiresias")), "fifo": lambda: (wl, make_policy("fifo"))}
     runs: dict[str, Any] = {}
     for name in cfg.policies:
-        w, pol = makers[name]()
+        w, pol = makers[name]() if name in makers else _registered(name, wl, elastic)
         runs[name] = run_sim(w, pol, nodes, models, plan, cfg.seed, progress, f"deepboot {name}")
     horizon = max(float(r.summary["makespan"]) for r in runs.values())
     data: dict[str, Any] = {
@@ -126,7 +139,8 @@ def deepboot_compare(cfg: DeepBootConfig, progress: ProgressFactory | None = Non
         "training_jobs": len(wl.jobs),
         "avg_jct_training": {k: float(v.jobs["jct"].mean()) for k, v in runs.items()},
         "deepboot_figures": {f"deepboot_{k}": v for k, v in DEEPBOOT_FIGURES.items()},
-        "runs": {k: run_summary(v) for k, v in runs.items()},
+        "runs": {k: run_summary(v, reclaim_losses(v, wl, models)) for k, v in runs.items()},
+        "loss_definition": LOSS_DEFINITION,
     }
     if "lyra" in runs:
         ly = data["avg_jct_training"]["lyra"]
@@ -138,6 +152,21 @@ def deepboot_compare(cfg: DeepBootConfig, progress: ProgressFactory | None = Non
     if "lyra" in runs:
         figs["deepboot_loans.png"] = fig_loans({"lyra": runs["lyra"]}, plan, demand, title="DeepBoot small.csv")
     return data, figs
+
+
+def _registered(name: str, wl: Workload, elastic: Workload) -> tuple[Workload, Policy]:
+    """A registered policy and the jobs it sees: the elastic reading when it scales jobs, else the requests."""
+    pol = make_policy(name)
+    return (elastic if pol.elastic else wl), pol
+
+
+def loan_table(data: dict[str, Any]) -> Table:
+    """Per run: JCT, queue and what reclaims cost it."""
+    cols = {"run": "run", "avg_jct": "training jobs' avg JCT (s)", "p95_jct": "p95 JCT (s)",
+            "avg_queue": "avg queue (s)", "reclaim_evictions": "jobs evicted by reclaims",
+            "reclaim_shrinks": "jobs shrunk by reclaims", "reclaim_gpu_hours_lost": "GPU-hours lost to reclaims (h)"}
+    rows = [{"run": k, **{c: v.get(c) for c in cols if c != "run"}} for k, v in data["runs"].items()]
+    return Table(cols, rows, f"Runs with loans on DeepBoot's small.csv. Reclaim losses: {LOSS_DEFINITION}")
 
 
 def jct_table(data: dict[str, Any]) -> Table:
@@ -162,4 +191,5 @@ class LyraDeepBoot(Experiment):
                                     data["avg_jct_training"]["lyra"], f"< {DEEPBOOT_FIGURES['tiresias']:,.0f}",
                                     data["avg_jct_training"]["lyra"] < DEEPBOOT_FIGURES["tiresias"], "s"))
         return ExperimentResult(self.name, self.title, dataclasses.asdict(config), verdicts,
-                                [jct_table(data), runs_table(data["runs"], "Runs (training jobs)")], figs, data)
+                                [jct_table(data), loan_table(data), runs_table(data["runs"], "Runs (training jobs)")],
+                                figs, data)

@@ -214,9 +214,13 @@ class Simulator:
         """Give back the servers the engine chose (vacating is in the round's actions already)."""
         rec = res.reclaim
         gone = set(rec.servers) if rec is not None else set()
+        acts = {a.job_id: a for a in res.actions} if rec else {}
         self.reclaims.append({"time": self.now, "servers": sorted(gone),
                               "preempted": len(rec.preempted) if rec else 0,
-                              "scaled_in": len(rec.scaled_in) if rec else 0})
+                              "scaled_in": len(rec.scaled_in) if rec else 0,
+                              # each touched job's GPUs before and after (the loan metrics of experiments/)
+                              "gpus": {j: (acts[j].previous.gpus, acts[j].allocation.gpus)
+                                       for j in (*rec.preempted, *rec.scaled_in) if j in acts} if rec else {}})
         self.active_loans = [n for n in self.active_loans if n.node_id not in gone]
         self._set_nodes(self.train_nodes + tuple(self.active_loans))
         self.reclaim_demand = 0
