@@ -1,0 +1,107 @@
+"""The full Philly trace with the elastic policies (`scale.py --sections philly`).
+
+Each run is one policy on the bundled Philly trace (`philly`: the 74,428 jobs that pass the loader's filters)
+on `640x4:t4` (2,560 GPUs, about Philly's own size), in a fresh process: CPU seconds of the simulation
+(`time.process_time` around `simulate`, the bar's judge: one BLAS thread, the trace and the models loaded
+before the clock starts), the process's CPU including loading, wall seconds, peak RSS, rounds, and the average
+and 95th-percentile JCT of the finished jobs. Policies are a list (`--philly-policies`; unregistered ones are
+skipped with a note); `--philly-options NAME:KEY=VALUE` sets a policy option (each run records its options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_POLICIES = "lyra_scaled,pollux,sia,elastisched"
+#: per-round budgets the scale runs use (docs/scale.md says why): without them a run takes hours
+DEFAULT_OPTIONS = ("pollux:budget_s=0.003",)
+BAR_S = 600.0  # issue 22: each run ≤ 10 minutes of CPU
+
+
+def run_one(policy: str, options: dict[str, Any], workload: str, cluster: str, seed: int) -> dict[str, Any]:
+    """One run, in this process."""
+    import numpy as np
+
+    from elastisched.policies.base import make_policy
+    from elastisched.sim import SimConfig, simulate
+    from elastisched.sim.runner import setup
+
+    s = setup(workload, cluster)
+    pol = make_policy(policy, **options)
+    c0, w0 = time.process_time(), time.perf_counter()
+    r = simulate(s.workload, pol, s.nodes, s.models, SimConfig(seed=seed))
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    jct = np.asarray(r.jobs["jct"], dtype=float)
+    return {"policy": policy, "options": options, "workload": workload, "cluster": cluster, "seed": seed,
+            "jobs": len(s.workload.jobs), "finished": int(r.summary["n_finished"]), "rounds": int(r.summary["rounds"]),
+            "cpu_s": cpu, "process_cpu_s": time.process_time(), "wall_s": wall,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "avg_jct": float(jct.mean()) if len(jct) else None,
+            "p95_jct": float(np.percentile(jct, 95)) if len(jct) else None,
+            "decision_ms_p99": r.summary.get("decision_ms_p99"), "meets_bar": cpu <= BAR_S}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("philly")
+    g.add_argument("--philly-policies", default=DEFAULT_POLICIES,
+                   help="comma-separated policies (unregistered ones are skipped; default: %(default)s)")
+    g.add_argument("--philly-options", action="append", default=None, metavar="NAME:KEY=VALUE",
+                   help=f"a policy option, repeatable (default: {' '.join(DEFAULT_OPTIONS)})")
+    g.add_argument("--philly-workload", default="philly", help="workload spec (default: %(default)s; a sample such "
+                   "as philly:sample=5000,seed=1 for a quick run)")
+    g.add_argument("--philly-cluster", default="640x4:t4", help="cluster (default: %(default)s)")
+    g.add_argument("--philly-timeout", type=float, default=7200.0,
+                   help="wall seconds one run may take before it is recorded as unfinished (default: %(default)s)")
+
+
+def _child(policy: str, options: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    spec = {"policy": policy, "options": options, "workload": args.philly_workload, "cluster": args.philly_cluster,
+            "seed": 0}
+    base = {k: spec[k] for k in ("policy", "options", "workload", "cluster")}
+    try:
+        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
+                             text=True, timeout=args.philly_timeout, check=False,
+                             env={**os.environ, "PYTHONHASHSEED": "0"})
+    except subprocess.TimeoutExpired:
+        return {**base, "error": f"unfinished after {args.philly_timeout:.0f} s wall"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {**base, "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    return dict(json.loads(lines[-1]))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    sys.path.insert(0, str(HERE))
+    from _scale_decisions import _known, _parse_options
+
+    opts = _parse_options(list(args.philly_options if args.philly_options is not None else DEFAULT_OPTIONS))
+    runs: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    workload = "philly:sample=2000,seed=1" if args.quick else args.philly_workload
+    args.philly_workload = workload
+    for name in [p.strip() for p in str(args.philly_policies).split(",") if p.strip()]:
+        if not _known(name):
+            skipped.append(name)
+            print(f"  {name}: not registered here, skipped", flush=True)
+            continue
+        row = _child(name, opts.get(name, {}), args)
+        runs.append(row)
+        print("  " + (f"{name}: {row['error']}" if "error" in row else
+                      f"{name:>12} cpu {row['cpu_s']:7.1f} s  wall {row['wall_s']:7.1f} s  "
+                      f"rss {row['peak_rss_mib']:.0f} MiB  avg JCT {row['avg_jct']:.0f} s  rounds {row['rounds']}"),
+              flush=True)
+    return {"runs": runs, "skipped": skipped, "bar_cpu_s": BAR_S, "clock": "process_time around simulate"}
+
+
+if __name__ == "__main__":  # one run in a fresh process (called by `run`)
+    spec = json.loads(sys.argv[1])
+    print(json.dumps(run_one(spec["policy"], spec["options"], spec["workload"], spec["cluster"], spec["seed"])))

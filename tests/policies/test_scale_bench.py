@@ -1,0 +1,75 @@
+"""`benchmarks/_scale_decisions.py` and `benchmarks/_scale_philly.py` (issue 22): one real, small point each,
+the schemas `benchmarks/scale.py` writes, the cluster and workload the decision benchmark builds."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from peer_data import needs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module(name: str) -> ModuleType:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_cluster_has_saturns_proportions_and_the_asked_size() -> None:
+    d = _module("_scale_decisions")
+    from elastisched.core.cluster import parse_cluster
+
+    for gpus in (100, 512, 2048, 8192):
+        nodes = parse_cluster(d.cluster_spec(gpus))
+        per_type = {t: sum(n.num_gpus for n in nodes if n.gpu_type == t) for t in ("t4", "a100", "rtx")}
+        assert abs(sum(per_type.values()) - gpus) <= 8
+        assert per_type["t4"] == pytest.approx(gpus * 3 / 8, rel=0.1)
+        assert per_type["a100"] == pytest.approx(gpus / 4, rel=0.1)
+    assert d.target_jobs(8192, 1000) == 1000 and d.target_jobs(100, 1000) == 12
+
+
+@needs("sia", "traces")
+def test_a_decision_point_keeps_the_jobs_active_and_reports_the_schema() -> None:
+    d = _module("_scale_decisions")
+    p = d.measure_point("lyra_scaled", {}, 100, 12, 3, 0, str(d.DEFAULT_PROFILES))
+    for key in ("policy", "gpus", "types", "jobs", "rounds", "p50_s", "p99_s", "max_s", "cpu_p99_s", "budget_s",
+                "peak_rss_mib"):
+        assert key in p
+    assert p["types"] == ["a100", "rtx", "t4"] and p["gpus"] == 100
+    assert p["jobs"] >= 10 and p["rounds"] >= 1  # the burst arrives in the first minute and stays
+    assert 0 <= p["cpu_p50_s"] <= p["cpu_p99_s"] <= p["cpu_max_s"]
+    from elastisched.models.registry import PerfModels
+
+    wl = d.dense_workload(PerfModels.load(str(d.DEFAULT_PROFILES)), 40, 30, 1)
+    first = [j for j in wl.jobs if j.submit_time < 60.0]
+    assert len(first) == 40 and len(wl.jobs) > 40  # the active set, then the arrivals that keep it there
+
+
+def test_options_parse_and_unknown_policies_are_skipped() -> None:
+    d = _module("_scale_decisions")
+    assert d._parse_options(["pollux:budget_s=0.8", "pollux:quiet_s=300", "lyra:value=rate"]) == {
+        "pollux": {"budget_s": 0.8, "quiet_s": 300}, "lyra": {"value": "rate"}}
+    with pytest.raises(SystemExit):
+        d._parse_options(["pollux-budget"])
+    args = argparse.Namespace(sizes="100", quick=False, options=[], policies="no-such-policy", jobs_at_8192=1000,
+                              rounds=1, profiles=str(d.DEFAULT_PROFILES), seed=0, point_timeout=60.0)
+    out = d.run(args)
+    assert out["points"] == [] and out["skipped"] == ["no-such-policy"]
+
+
+def test_a_philly_run_reports_cpu_rss_and_jct() -> None:
+    ph = _module("_scale_philly")
+    r = ph.run_one("lyra_scaled", {}, "philly:sample=150,seed=1", "8x4:t4", 0)
+    assert r["jobs"] == 150 and r["finished"] == 150
+    assert r["cpu_s"] > 0 and r["peak_rss_mib"] > 0 and r["avg_jct"] > 0 and r["p95_jct"] >= r["avg_jct"] * 0.5
+    assert r["meets_bar"] is (r["cpu_s"] <= ph.BAR_S)
