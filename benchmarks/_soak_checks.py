@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -213,8 +214,10 @@ def finish(svc: SoakService, procs: Procs, acked: dict[int, str], unacked: int, 
         if m.get("job") in final:
             m["final_state"] = final[m["job"]]["state"]
     states = {s: sum(r["state"] == s for r in final.values()) for s in sorted({r["state"] for r in final.values()})}
+    names = Counter(r["name"] for r in final.values())  # one name per submission: a second job is a duplicate
     return {
         "submissions": len(acked), "jobs_target": jobs, "unanswered_retried": unacked, "jobs_in_db": len(final),
+        "duplicate_submissions": sum(n - 1 for n in names.values()),
         "kills": len(moments), "moments": moments,
         "lost": len(lost_db), "lost_api": len(lost_api), "lost_ids": lost_db[:10],
         "duplicated": len(procs.duplicates), "duplicates": procs.duplicates[:10],

@@ -47,7 +47,7 @@ from _calibration_profile import APP, BATCH, MODEL_ARGS, SCRIPT, STEPS_PER_EPOCH
 from _calibration_profile import write_validation as write_validation  # the tests read it here
 from _harness import kill_workers, start_service, stop_service, wait_healthy
 
-TOKEN = "calibration-token"
+TOKEN = "calibration-token-0123456789"
 #: extra `python -m elastisched.service` options: `--backend ray` sets `--backend ray --ray-address ADDR` here
 SERVICE_EXTRA: list[str] = []
 CLUSTER = "1x2:cpu"

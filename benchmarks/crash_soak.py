@@ -17,7 +17,8 @@ a small CPU cluster under fifo. Moments, in order (each followed by a restart on
 8. `startup`: right after the restarted service answers its health check (recovery's first rounds).
 The hook can fire inside recovery (a lost generation relaunched at startup): that is a launch window too.
 
-Checked from outside the service: no acknowledged submission is lost (database and API); a sampler reads
+Checked from outside the service: no acknowledged submission is lost (database and API), none is made twice
+(each carries an `Idempotency-Key`, kept across its retries: `duplicate_submissions`); a sampler reads
 `/proc/*/environ` every 50 ms and counts a duplicate when two launch tokens of one job are alive at once
 (confirmed by a second read of both processes) or one generation's rank is spawned twice; after cancelling
 every job still queued, no process carrying this run's workdir in its environment is left (orphans); every
@@ -52,15 +53,15 @@ from _soak_checks import Procs, finish, is_wrapper, kill_all, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "backends" / "fake_worker.py"
-TOKEN = "crash-soak-token"
+TOKEN = "crash-soak-token-0123456789"
 PAUSE, PAUSE_FILE = "ELASTISCHED_DEBUG_PAUSE_AT", "ELASTISCHED_DEBUG_PAUSE_FILE"
 
 
 class Service:
     """`python -m elastisched.service` on a fixed database and workdir; restartable, killable."""
 
-    def __init__(self, tmp: Path, cluster: str) -> None:
-        self.tmp, self.cluster = tmp, cluster
+    def __init__(self, tmp: Path, cluster: str, isolation: tuple[str, ...] = ()) -> None:
+        self.tmp, self.cluster, self.isolation = tmp, cluster, isolation
         self.db = f"sqlite:///{tmp / 'state.db'}"
         self.work = tmp / "work"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -76,7 +77,7 @@ class Service:
         log = self.tmp / "service.log"
         self.proc, self.base = start_service(
             ["--db", self.db, "--cluster", self.cluster, "--policy", "fifo", "--workdir", str(self.work),
-             "--scripts-dir", str(ROOT), "--tick", "0.2", "--grace", "5"], env, log)
+             "--scripts-dir", str(ROOT), "--tick", "0.2", "--grace", "5", *self.isolation], env, log)
         wait_healthy(self.proc, self.base, log, ready=(self.work / "paused-at").is_file if pause else None)
 
     def client(self) -> httpx.Client:
@@ -100,9 +101,10 @@ class Service:
 class Soak:
     """One soak in progress: the service, the /proc sampler, the acknowledged submissions and the kills."""
 
-    def __init__(self, tmp: Path, cluster: str, steps: int, sleep: float, log: Callable[[str], None]) -> None:
+    def __init__(self, tmp: Path, cluster: str, steps: int, sleep: float, log: Callable[[str], None],
+                 isolation: tuple[str, ...] = ()) -> None:
         self.t_start = time.monotonic()
-        self.svc = Service(tmp, cluster)
+        self.svc = Service(tmp, cluster, isolation)
         self.procs = Procs(self.svc.work)
         self.worker_args = ["--steps", str(steps), "--sleep", str(sleep)]
         self.log = log
@@ -111,6 +113,7 @@ class Soak:
         self.moments: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.up = threading.Event()  # set while the service answers; the submitters wait on it
+        self.key = os.urandom(4).hex()  # this soak's prefix of the submissions' Idempotency-Keys
 
     def kill(self, name: str, **info: Any) -> None:
         self.up.clear()
@@ -145,7 +148,8 @@ class Soak:
                         if c is not None:
                             c.close()
                         base, c = self.svc.base, self.svc.client()
-                    r = c.post("/v1/jobs", json=body)
+                    # the same key on every attempt: a request committed just before a kill is not made twice
+                    r = c.post("/v1/jobs", json=body, headers={"Idempotency-Key": f"soak-{self.key}-{i}"})
                     if r.status_code != 201:
                         raise RuntimeError(f"submission {i}: HTTP {r.status_code} {r.text[:200]}")
                     with self.lock:
@@ -200,11 +204,25 @@ class Soak:
         self.kill("stopping", job=what.split(":")[0])
 
 
+def users_options(tmp: Path) -> tuple[str, ...]:
+    """`--isolation users` (root): each job as its user's account, created by the service; the system Python
+    with this checkout's package when ours is not reachable by other accounts (a pyenv under a 0700 /root)."""
+    from elastisched.backends.identity import probe
+
+    tmp.chmod(0o755)
+    opts = ("--isolation", "users", "--create-job-users")
+    if probe(sys.executable, {"PATH": "/usr/bin:/bin"}, tmp) is None:
+        return opts
+    return (*opts, "--job-python", "/usr/bin/python3", "--job-env", f"PYTHONPATH={ROOT / 'src'}")
+
+
 def soak(tmp: Path, *, jobs: int = 1000, seed: int = 0, cluster: str = "2x4:cpu", steps: int = 20,
-         sleep: float = 0.1, run_s: float = 10.0, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the soak in `tmp` (a fresh folder) and return its counts; raises only on a harness failure."""
+         sleep: float = 0.1, run_s: float = 10.0, log: Callable[[str], None] = print, users: bool = False
+         ) -> dict[str, Any]:
+    """Run the soak in `tmp` (a fresh folder) and return its counts; raises only on a harness failure. `users`:
+    jobs run as their user's account (`--isolation users`), else as the service."""
     rng = random.Random(seed)
-    run = Soak(tmp, cluster, steps, sleep, log)
+    run = Soak(tmp, cluster, steps, sleep, log, users_options(tmp) if users else ())
     run.procs.start()
     try:
         run.restart()
@@ -223,34 +241,53 @@ def soak(tmp: Path, *, jobs: int = 1000, seed: int = 0, cluster: str = "2x4:cpu"
         kill_all(run.procs)
 
 
+def _account_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--seeds", default="0", help="comma-separated seeds (one soak each)")
     ap.add_argument("--run-s", type=float, default=30.0, help="run time after the last restart, before the cancel")
     ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--isolation", default="none", choices=["none", "users"], help="users: jobs as their user's "
+                    "Unix account (root; docs/security.md), writes crash_soak-users.json")
     a = ap.parse_args()
     runs = []
     for seed in (int(x) for x in a.seeds.split(",")):
-        with tempfile.TemporaryDirectory(prefix="elastisched-crash-") as tmp:
-            r = soak(Path(tmp), jobs=a.jobs, seed=seed, run_s=a.run_s)
+        had = _account_exists("es-admin")
+        with tempfile.TemporaryDirectory(prefix="elastisched-crash-", dir="/tmp") as tmp:
+            r = soak(Path(tmp), jobs=a.jobs, seed=seed, run_s=a.run_s, users=a.isolation == "users")
+        if a.isolation == "users" and not had and _account_exists("es-admin"):  # the account the service made
+            subprocess.run(["userdel", "es-admin"], capture_output=True, check=False, timeout=60)
         r["seed"] = seed
         r["pass"] = (r["submissions"] == a.jobs and r["kills"] >= 5 and not r["lost"] and not r["lost_api"]
+                     and not r["duplicate_submissions"]
                      and not r["duplicated"] and not r["rank_spawned_twice"] and not r["orphans"]
                      and not r["rerun_after_done"]
                      and not r["unknown_tokens"] and not r["n_inconsistent_before_cancel"]
                      and not r["live_generations_after_cancel"] and not r["bad_generation_numbering"])
         runs.append(r)
     result = {"benchmark": "crash_soak", "config": {"jobs": a.jobs, "seeds": a.seeds, "run_s": a.run_s,
-                                                    "cluster": "2x4:cpu", "policy": "fifo", "worker": str(WORKER)},
+                                                    "cluster": "2x4:cpu", "policy": "fifo", "worker": str(WORKER),
+                                                    "isolation": a.isolation},
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
               "runs": runs, "pass": all(r["pass"] for r in runs)}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "crash_soak.json").write_text(json.dumps(result, indent=2))
+    (out / ("crash_soak-users.json" if a.isolation == "users" else "crash_soak.json")).write_text(
+        json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "runs"} | {
         "runs": [{k: v for k, v in r.items() if k in ("seed", "submissions", "kills", "lost", "duplicated",
-                                                       "orphans", "wall_s", "pass")} for r in runs]}, indent=2))
+                                                       "duplicate_submissions", "orphans", "wall_s", "pass")}
+                 for r in runs]}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
-"""Service load benchmark (issue 7): 1,000 submissions through the REST API on loopback.
+"""Service load benchmark (issues 7 and 23): the REST API on loopback under many clients.
 
 Starts the real service (`python -m elastisched.service`, uvicorn, SQLite in a temp dir, fifo on a 1-slot
-cluster so one job runs and 999 queue), submits N jobs one request at a time over a keep-alive connection
-from `--clients` threads, then checks that none is lost (API list and a fresh read of the database) and
-records per-request latency (p50/p99/max), list latency with N jobs known, and the service's resident
-memory (VmRSS, VmHWM) with N jobs known after a few engine rounds. Targets: p99 ≤ 100 ms, RSS ≤ 300 MB.
-`--as-user` submits with a per-user token (`elastisched token create`, checked against the database and then
-cached) instead of the service's admin token.
+cluster so one job runs and the rest queue; `--backend fake` on a larger fake cluster instead), then:
+
+1. submission: N jobs, one request at a time over a keep-alive connection from `--clients` threads (closed
+   loop, as fast as the service answers), with the admin token or (`--as-user`) a per-user token;
+2. mixed (`--mixed-s`, default 60 s): `--clients` users, each with its own token (as `elastisched token
+   create` makes), each a closed loop of `ls` (its jobs), `describe` (one of its jobs) and `submit` in equal
+   shares, with `--think-s` between a client's requests (0: back to back, the saturation reading).
+
+Then it checks that none is lost (every acknowledged id in the API's list and in a fresh read of the
+database) and records per-request latency per kind (p50/p90/p99/max), requests per second, the service's CPU
+seconds and resident memory (VmRSS, VmHWM). Targets: p99 <= 100 ms in both phases, 0 errors, RSS <= 300 MB.
 Writes ``<out>/service_load.json``.
 """
 
@@ -30,8 +35,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' shared helpers
 from _harness import kill_workers, start_service, stop_service, wait_healthy
+from _load import PollMix, Recorder, poll, process_times, user_tokens
 
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789abcdef"
 
 
 def _rss(pid: int) -> dict[str, float]:
@@ -53,12 +59,18 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--clients", type=int, default=1, help="concurrent keep-alive clients")
     ap.add_argument("--out", default="results/bench")
     ap.add_argument("--as-user", action="store_true", help="submit with a per-user token, not the admin token")
+    ap.add_argument("--mixed-s", type=float, default=60.0, help="seconds of the mixed ls/describe/submit phase "
+                    "(0: none)")
+    ap.add_argument("--think-s", type=float, default=0.0, help="a mixed-phase client's pause between requests")
+    ap.add_argument("--backend", choices=["local", "fake"], default="local")
     return ap.parse_args()
 
 
-def _start(tmp: Path, db: str) -> tuple[subprocess.Popen[bytes], str]:
-    """The service on a 1-slot cluster under fifo (one job runs, the rest queue); not yet answering."""
-    return start_service(["--db", db, "--cluster", "1x1:cpu", "--policy", "fifo", "--workdir", str(tmp / "work"),
+def _start(tmp: Path, db: str, backend: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The service on a 1-slot cluster under fifo (one job runs, the rest queue), or on 100 fake nodes of 8
+    GPUs; not yet answering."""
+    cluster = ["--cluster", "1x1:cpu"] if backend == "local" else ["--backend", "fake", "--cluster", "100x8:t4"]
+    return start_service(["--db", db, *cluster, "--policy", "fifo", "--workdir", str(tmp / "work"),
                           "--scripts-dir", str(tmp), "--grace", "2"], {**os.environ, "ELASTISCHED_TOKEN": TOKEN},
                          tmp / "service.log")
 
@@ -113,8 +125,9 @@ def _submit_all(base: str, headers: dict[str, str], script: Path, jobs: int, cli
 
 
 def _measure(base: str, headers: dict[str, str], pid: int, db: str, sub: Submitted,
-             rss_idle: dict[str, float]) -> dict[str, Any]:
-    """With every job known: nothing lost (API and database), the list latency, memory, the engine's rounds."""
+             rss_idle: dict[str, float], more_ids: list[str]) -> dict[str, Any]:
+    """With every job known: nothing lost (API and database; `more_ids`: acknowledged in the mixed phase), the
+    list latency, memory, the engine's rounds."""
     time.sleep(2.0)  # let the engine run rounds over the full queue
     with httpx.Client(base_url=base, headers=headers, timeout=60) as c:
         t1 = time.perf_counter()
@@ -128,9 +141,10 @@ def _measure(base: str, headers: dict[str, str], pid: int, db: str, sub: Submitt
     in_db = {r["id"] for r in store.list_jobs()}
     store.close()
     listed_ids = {j["id"] for j in listed}
-    lat, ids, wall = sub.lat, sub.ids, sub.wall
+    lat, ids, wall = sub.lat, [*sub.ids, *more_ids], sub.wall
     return {
-        "submitted_ok": len(ids), "errors": sub.errors[:5], "lost_api": len(set(ids) - listed_ids),
+        "submitted_ok": len(sub.ids), "errors": sub.errors[:5], "acknowledged_all": len(ids),
+        "lost_api": len(set(ids) - listed_ids),
         "lost_db": len(set(ids) - in_db), "wall_s": wall, "throughput_rps": len(lat) / wall,
         "latency_ms": {"p50": 1e3 * statistics.median(lat), "p99": 1e3 * _pct(lat, 0.99),
                        "max": 1e3 * max(lat), "mean": 1e3 * statistics.fmean(lat)},
@@ -140,6 +154,19 @@ def _measure(base: str, headers: dict[str, str], pid: int, db: str, sub: Submitt
     }
 
 
+def _mixed(a: argparse.Namespace, base: str, db: str, pid: int, script: Path) -> dict[str, Any]:
+    """The mixed phase: per-user clients listing, describing and submitting; latency per kind, CPU, ids."""
+    tokens = user_tokens(db, a.clients)
+    rec = Recorder()
+    body = lambda i: {"script": str(script), "name": f"m{i}", "gpus": 1, "batch_size": 32}  # noqa: E731
+    cpu0 = process_times(pid)["cpu_s"]
+    wall = poll(base, tokens, rec, a.mixed_s, PollMix(describe=1, ls=1, submit=1, think_s=a.think_s), body)
+    cpu = process_times(pid)["cpu_s"] - cpu0
+    n = sum(len(v) for v in rec.lat.values())
+    return {"clients": a.clients, "think_s": a.think_s, "wall_s": wall, "requests": n, "requests_per_s": n / wall,
+            "service_cpu_s": cpu, "latency_ms": rec.report(), "ids": rec.all_ids()}
+
+
 def main() -> None:
     a = _parse()
     tmp = Path(tempfile.mkdtemp(prefix="elastisched-load-"))
@@ -147,17 +174,26 @@ def main() -> None:
     script.write_text("import time\ntime.sleep(600)\n")
     db = f"sqlite:///{tmp / 'state.db'}"
     result: dict[str, Any] = {"benchmark": "service_load", "jobs": a.jobs, "clients": a.clients, "as_user": a.as_user,
+                              "backend": a.backend,
                               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                           "loadavg_before": os.getloadavg()}}
-    proc, base = _start(tmp, db)
+    proc, base = _start(tmp, db, a.backend)
     try:
         wait_healthy(proc, base, tmp / "service.log", timeout=60)
         headers = {"Authorization": f"Bearer {_user_token(db) if a.as_user else TOKEN}"}
         rss_idle = _rss(proc.pid)
         sub = _submit_all(base, headers, script, a.jobs, a.clients)
-        result.update(_measure(base, headers, proc.pid, db, sub, rss_idle))
-        result["pass"] = (not result["lost_api"] and not result["lost_db"] and len(sub.ids) == a.jobs
-                          and result["latency_ms"]["p99"] <= 100 and result["rss_mb"]["VmRSS"] <= 300)
+        mixed = _mixed(a, base, db, proc.pid, script) if a.mixed_s > 0 else None
+        admin = {"Authorization": f"Bearer {TOKEN}"}  # the check lists every user's jobs
+        result.update(_measure(base, admin, proc.pid, db, sub, rss_idle, mixed["ids"] if mixed else []))
+        ok = (not result["lost_api"] and not result["lost_db"] and len(sub.ids) == a.jobs
+              and result["latency_ms"]["p99"] <= 100 and result["rss_mb"]["VmRSS"] <= 300)
+        if mixed is not None:
+            lat = mixed.pop("latency_ms")
+            mixed["ids"] = len(mixed["ids"])
+            result["mixed"] = mixed | {"latency_ms": lat}
+            ok = ok and lat["all"]["p99"] <= 100 and lat["errors"] == 0
+        result["pass"] = ok
     finally:
         stop_service(proc)
         kill_workers(db)

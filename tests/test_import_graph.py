@@ -216,7 +216,8 @@ def test_every_ruled_package_exists(package: str) -> None:
 #: modules started as programs (`python -m …`, the console script) or imported by users (the training library)
 ENTRY_POINTS = ("elastisched.cli.main", "elastisched.__main__", "elastisched.cli.__main__",
                 "elastisched.service.__main__", "elastisched.train", "elastisched.train.commands",
-                "elastisched.train._entry", "elastisched.train._standby", "elastisched.backends._wrap")
+                "elastisched.train._entry", "elastisched.train._standby", "elastisched.backends._wrap",
+                "elastisched.backends._argv")
 #: imports by name (importlib), each a registry or a lazy export table: importer -> what it may import
 DYNAMIC = {
     "elastisched.policies.base": "elastisched.policies.",  # make_policy / registered(): every policy module

@@ -50,8 +50,12 @@ def main() -> int:
     ap.add_argument("--fail-always", action="store_true")
     ap.add_argument("--teardown-abort", action="store_true")
     ap.add_argument("--hints-every", type=int, default=0, help="rank 0 appends a hints.jsonl line every K steps")
+    ap.add_argument("--note", default="", help="ignored (an argument another user must not be able to read)")
+    ap.add_argument("--show-env", action="store_true", help="print the environment as one JSON line first")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, _on_term)
+    if a.show_env:
+        print(json.dumps({"env": dict(os.environ)}), flush=True)
     ck = Path(os.environ["ELASTISCHED_CHECKPOINT_DIR"])
     rank = int(os.environ["ELASTISCHED_RANK"])
     world = int(os.environ["ELASTISCHED_WORLD_SIZE"])

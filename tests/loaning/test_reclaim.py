@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView, Pool
-from elastisched.policies.lyra.reclaim import Holding, choose, evaluate, greedy, holdings_from_snapshot, milp
+from elastisched.policies._reclaim import Holding, choose, evaluate, greedy, holdings_from_snapshot, milp
 
 S = [f"s{i}" for i in range(4)]
 

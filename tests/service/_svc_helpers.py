@@ -18,7 +18,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = str(ROOT / "tests" / "backends" / "fake_worker.py")
 EXAMPLE = str(ROOT / "examples" / "linreg_elastic.py")
-TOKEN = "test-token-123"
+TOKEN = "test-token-0123456789-abcdef"  # the admin token (at least 24 characters)
 T = TypeVar("T")
 
 
@@ -43,11 +43,15 @@ class ServiceProc:
     """`python -m elastisched.service` with a given cluster and policy; restartable on the same database."""
 
     def __init__(self, tmp: Path, *, cluster: str = "2x2:cpu", policy: str = "fifo", grace: float = 10.0,
-                 scripts_dir: str | Path | None = ROOT, extra: tuple[str, ...] = (), token: str | None = TOKEN) -> None:
-        """`scripts_dir=None` starts the service without `--scripts-dir`; `token=None` without a legacy token."""
+                 scripts_dir: str | Path | None = ROOT, extra: tuple[str, ...] = (), token: str | None = TOKEN,
+                 isolation: str = "none", env: dict[str, str] | None = None) -> None:
+        """`scripts_dir=None` starts the service without `--scripts-dir`; `token=None` without a legacy token.
+        `isolation` none (jobs as the service) unless a test is about per-user accounts (tests/service/
+        test_isolation.py), so that jobs may write into pytest's private tmp_path."""
         self.tmp, self.cluster, self.policy, self.grace = tmp, cluster, policy, grace
         self.scripts_dir = None if scripts_dir is None else str(scripts_dir)
-        self.extra, self.token = extra, token
+        self.extra, self.token = (*extra, "--isolation", isolation), token
+        self.env = dict(env or {})  # more of the service's environment
         self.db = f"sqlite:///{tmp / 'state.db'}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -58,10 +62,12 @@ class ServiceProc:
         env = {k: v for k, v in os.environ.items() if k != "ELASTISCHED_TOKEN"} | {"OMP_NUM_THREADS": "1"}
         if self.token is not None:
             env["ELASTISCHED_TOKEN"] = self.token
+        env.update(self.env)
         log = open(self.tmp / "service.log", "ab")  # noqa: SIM115 - handed to the child
         scripts = [] if self.scripts_dir is None else ["--scripts-dir", self.scripts_dir]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elastisched.service", "--db", self.db, "--port", str(self.port),
+            [sys.executable, "-m", "elastisched.service", *([] if "ELASTISCHED_DB" in env else ["--db", self.db]),
+             "--port", str(self.port),
              "--cluster", self.cluster, "--policy", self.policy, "--workdir", str(self.tmp / "work"),
              *scripts, "--tick", "0.2", "--grace", str(self.grace), *self.extra],
             env=env, stdout=log, stderr=subprocess.STDOUT)

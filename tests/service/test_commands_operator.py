@@ -33,7 +33,8 @@ def _serve(tmp: Path, env_token: str | None) -> tuple[subprocess.Popen[str], lis
     exe = Path(sys.executable).with_name("elastisched")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from elastisched.cli.main import app; app()"]
     proc = subprocess.Popen([*cmd, "serve", "--workdir", str(tmp / "w"), "--port", str(port), "--cluster", "1x1:cpu",
-                             "--scripts-dir", str(ROOT), "--grace", "2"], env=env, stderr=subprocess.PIPE, text=True)
+                             "--scripts-dir", str(ROOT), "--grace", "2",
+                             "--isolation", "none"], env=env, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stderr is not None
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
@@ -58,14 +59,14 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 @pytest.mark.parametrize("from_env", [False, True], ids=["token-file", "token-env"])
 def test_serve_prints_the_dashboard_url_with_its_token_and_where_the_token_is(tmp_path: Path, from_env: bool) -> None:
-    proc, out, port = _serve(tmp_path, "env-token-abc" if from_env else None)
+    proc, out, port = _serve(tmp_path, "env-token-abcdefghijklmnopq" if from_env else None)
     try:
         file = (tmp_path / "w" / "token").resolve()
         assert out[0].startswith(f"elastisched serving on http://127.0.0.1:{port} "), out
         assert out[1].startswith(f"dashboard: http://127.0.0.1:{port}/#token="), out
         tok = out[1].split("#token=", 1)[1]
         if from_env:
-            assert tok == "env-token-abc" and not file.exists()
+            assert tok == "env-token-abcdefghijklmnopq" and not file.exists()
             assert "from $ELASTISCHED_TOKEN" in out[2], out
         else:
             assert tok == file.read_text().strip() and len(tok) >= 20

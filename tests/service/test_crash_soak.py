@@ -159,6 +159,7 @@ def test_kill9_at_eight_moments_loses_nothing_runs_nothing_twice_leaves_no_orpha
     if moments["ended"]["outcome"] == "succeeded":  # its end was recorded, its job's state not: still done
         assert moments["ended"]["final_state"] == "SUCCEEDED", moments["ended"]
     assert r["lost"] == 0 and r["lost_api"] == 0, r["lost_ids"]
+    assert r["duplicate_submissions"] == 0 and r["jobs_in_db"] == 1000, r  # retried with their Idempotency-Keys
     assert r["duplicated"] == 0 and r["rank_spawned_twice"] == [], r["duplicates"]
     assert r["rerun_after_done"] == [], r["rerun_after_done"]  # a finished generation is the job's last
     assert r["unknown_tokens"] == 0 and r["bad_generation_numbering"] == []

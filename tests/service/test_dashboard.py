@@ -132,14 +132,14 @@ def test_job_detail_shows_spec_generations_and_refreshing_logs(cluster: dict[str
     assert FAKE in page.locator("#spec").inner_text()
     gens = page.locator("#gens tr").nth(1).locator("td").all_inner_texts()
     assert gens[0] == "1" and gens[1] == "launch" and gens[2] == "cpu-0×2" and gens[3] == "RUNNING", gens
-    page.wait_for_function("document.getElementById('logs').textContent.includes('\"start\": true')",
-                           timeout=10_000)
+    # locator waits, not wait_for_function: the page's CSP forbids the eval that one needs
+    page.locator("#logs", has_text='"start": true').wait_for(timeout=10_000)
     logs = page.locator("#logs").inner_text()
     assert "generation 1, rank 0" in logs and "generation 1, rank 1" in logs, logs[:500]
     page.screenshot(path=str(_shot("dashboard-detail")), full_page=True)
     # a pending job's detail says why it waits, in place of logs
     page.click(f'tr.job[data-id="{cluster["wait"]}"]')
-    page.wait_for_function("document.getElementById('logs').textContent.includes('pending')", timeout=10_000)
+    page.locator("#logs", has_text="pending").wait_for(timeout=10_000)
     assert EXPLAIN["Resources"] in page.locator("#logs").inner_text()
     assert EXPLAIN["Resources"] in page.locator("#spec").inner_text()
     assert page.url.endswith(f"#job={cluster['wait']}")

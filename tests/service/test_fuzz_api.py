@@ -5,7 +5,9 @@ submissions must be sane (bounded, finite, storable).
 
 The corpus mixes: submissions with one field replaced by a hostile value (NaN, ±Infinity, 1e400, integers
 beyond int64, NUL, lone surrogates, control characters, 128 KB strings, wrong types, deep nesting); broken
-bodies (truncated JSON, invalid UTF-8, not an object, wrong content type, over the size limit); job paths with
+bodies (truncated JSON, invalid UTF-8, not an object, wrong content type, over the size limit); script paths
+of hostile length (a component over 255 bytes, a path over PATH_MAX, traversal: 422/403 naming `script`); job
+paths with
 NUL, encoded surrogates, invalid UTF-8, components over 255 characters, traversal, unknown ids; query strings
 (`limit`, `state`, `follow`, `timeout_s`) out of range or malformed; resize/loan/reclaim bodies; and broken
 `Authorization` headers. `ELASTISCHED_FUZZ_SEED` and `ELASTISCHED_FUZZ_N` change the seed and the count.
@@ -60,12 +62,27 @@ class Case:
     fields: tuple[str, ...] = ()  # a 4xx must name one of these (empty: any field-naming 4xx)
 
 
+def long_paths(rng: random.Random) -> str:
+    """A script path the OS refuses or that leaves the scripts directory: a component over NAME_MAX (255 bytes,
+    in ASCII or in 2-byte characters), a path over PATH_MAX (4096 bytes) in under 4096 characters, a deep
+    relative path, a traversal; absolute or relative to the scripts directory."""
+    scripts = str(ROOT / "tests")
+    part = rng.choice(["a" * rng.randint(256, 1000), "\u00e9" * rng.randint(128, 400), "\U0001f4a9" * 64,
+                       "/".join(["\u00e9" * 120] * 30), "/".join(["d" * 250] * rng.randint(17, 18)),
+                       "../" * rng.randint(2, 1300) + "etc/passwd", "x/" * 2000 + "y", "." * 300])
+    return json.dumps(rng.choice([part, f"{scripts}/{part}", f"{scripts}/backends/{part}/fake_worker.py"]))
+
+
 def corpus(rng: random.Random, n: int, done_id: str) -> Iterator[Case]:
     """`n` seeded malformed requests."""
     base = {"script": json.dumps(FAKE), "args": '["--steps", "1"]', "gpus": "1", "batch_size": "32"}
     for _ in range(n):
         k = rng.random()
-        if k < 0.40:  # a submission with one hostile field
+        if k < 0.08:  # a script path of hostile length (issue 23 item 3)
+            fields = dict(base) | {"script": long_paths(rng)}
+            body = "{" + ", ".join(f'"{a}": {v}' for a, v in fields.items()) + "}"
+            yield Case("POST", "/v1/jobs", body.encode(), fields=("script",))
+        elif k < 0.40:  # a submission with one hostile field
             f = rng.choice(SUBMIT_FIELDS)
             fields = dict(base) | {f: rng.choice(HOSTILE)}
             body = "{" + ", ".join(f'"{a}": {v}' for a, v in fields.items()) + "}"

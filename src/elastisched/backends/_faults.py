@@ -7,7 +7,8 @@ environment, the N-th time (default the 1st) the process reaches POINT it writes
 blocks that thread until the process is killed. Points: `planned` (a generation is in the store, nothing
 spawned yet), `rank` (a rank other than the last of a generation spawned, the rest not), `spawned` (all
 ranks spawned, their PIDs not yet reported to the store), `stopping` (SIGTERM sent to the workers being
-stopped, not yet waited for), `ended` (a generation's end recorded, what follows from it not yet).
+stopped, not yet waited for), `ended` (a generation's end recorded, what follows from it not yet), `submitted`
+(a submission committed, its answer not yet sent).
 Used by `tests/service/test_crash_soak.py` and `benchmarks/crash_soak.py`.
 """
 
@@ -18,7 +19,7 @@ import time
 
 PAUSE_AT = "ELASTISCHED_DEBUG_PAUSE_AT"
 PAUSE_FILE = "ELASTISCHED_DEBUG_PAUSE_FILE"
-POINTS = ("planned", "rank", "spawned", "stopping", "ended")
+POINTS = ("planned", "rank", "spawned", "stopping", "ended", "submitted")
 _seen: dict[str, int] = {}
 
 

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elastisched.backends._jobfiles import read_regular
 from elastisched.core.types import Allocation
 from elastisched.train.contract import PREFIX, RANK
 
@@ -73,9 +74,11 @@ class _Rank:
     proc: subprocess.Popen[bytes] | None = None  # None when adopted after a restart
 
     def _recorded(self) -> list[str] | None:
-        with contextlib.suppress(OSError):
-            return self.exit_file.read_text().split() or ["-9"]
-        return None
+        """The exit file's words (the job's account writes it: read as a regular file, never through a link)."""
+        raw = read_regular(self.exit_file, limit=4096)
+        if raw is None:
+            return None
+        return raw.decode(errors="replace").split() or ["-9"]
 
     def signalled(self) -> bool:
         """The worker exited after a SIGTERM/SIGINT (a checkpointed stop, not the end of training)."""

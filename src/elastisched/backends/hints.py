@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from elastisched.backends._jobfiles import read_regular, write_into
 from elastisched.backends.base import JobHints
 from elastisched.train.contract import BATCH_TARGET_FILE
 
@@ -56,14 +57,10 @@ def parse_hints(chunk: bytes, job_id: str) -> JobHints | None:
 
 def read_hints(path: Path, pos: int, job_id: str) -> tuple[JobHints | None, int]:
     """The hint of the complete lines appended to `path` after byte `pos` (one stat when nothing is new), and
-    the position to read from next time (a line being written is read next time)."""
-    try:
-        if path.stat().st_size <= pos:
-            return None, pos
-        with open(path, "rb") as f:
-            f.seek(pos)
-            chunk = f.read()
-    except OSError:
+    the position to read from next time (a line being written is read next time). The job owns the file:
+    it is read only if it is a regular file reached without a link (`_jobfiles.read_regular`)."""
+    chunk = read_regular(path, pos)
+    if not chunk:
         return None, pos
     end = chunk.rfind(b"\n") + 1
     if end == 0:
@@ -73,12 +70,9 @@ def read_hints(path: Path, pos: int, job_id: str) -> tuple[JobHints | None, int]
 
 def write_batch_target(checkpoint_dir: str | os.PathLike[str], batch_size: int, generation: int) -> Path:
     """Tell the workers of `generation` to train at `batch_size` from their next step boundary (tmp file +
-    rename, so a reader never sees half a file; a later generation ignores it: its batch came with its launch)."""
+    rename, so a reader never sees half a file; a later generation ignores it: its batch came with its launch).
+    The directory is the job's: the file goes to its owner and never through a link planted there."""
     d = Path(checkpoint_dir)
     d.mkdir(parents=True, exist_ok=True)
-    final = d / BATCH_TARGET_FILE
-    tmp = d / f".{BATCH_TARGET_FILE}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"batch_size": int(batch_size), "generation": int(generation), "time": time.time()}, f)
-    os.replace(tmp, final)
-    return final
+    data = json.dumps({"batch_size": int(batch_size), "generation": int(generation), "time": time.time()})
+    return write_into(d, BATCH_TARGET_FILE, data.encode())

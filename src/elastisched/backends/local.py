@@ -19,6 +19,7 @@ the single writer, records them and decides retries.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from elastisched.backends import _jobfiles
 from elastisched.backends._faults import pause
 from elastisched.backends._local_procs import TOKEN, _Group, _Rank, find_by_token, free_port, start_ticks
 from elastisched.backends.base import (
@@ -38,10 +40,12 @@ from elastisched.backends.base import (
     JobStarted,
 )
 from elastisched.backends.hints import read_hints, write_batch_target
+from elastisched.backends.identity import Account, IdentityError, JobUsers, unreadable
+from elastisched.backends.job_env import JobEnv
 from elastisched.core.enums import GenerationOutcome, GenerationState
 from elastisched.core.events import Action, ActionKind, LaunchSpec
 from elastisched.core.types import Allocation, NodeView
-from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, worker_envs
+from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, LaunchEnv, worker_envs
 
 __all__ = ["TOKEN", "LocalBackend", "find_by_token", "free_port", "start_ticks"]
 
@@ -50,11 +54,16 @@ class LocalBackend(BackendBase):
     """Subprocess backend. `apply` blocks for at most `grace_s` while resized jobs checkpoint."""
 
     def __init__(self, workdir: str | os.PathLike[str], *, python: str = sys.executable, grace_s: float = 15.0,
-                 extra_env: dict[str, str] | None = None, nodes: Sequence[NodeView] = ()) -> None:
+                 extra_env: dict[str, str] | None = None, nodes: Sequence[NodeView] = (),
+                 users: JobUsers | None = None, job_env: JobEnv | None = None) -> None:
+        """`users`: which account each user's jobs run as (default: the service's own, isolation `none`);
+        `job_env`: the environment jobs start from (default: the allow-listed part of ours); `extra_env` is
+        set for every job on top."""
         self.workdir = Path(workdir)
         self.python = python
         self.grace_s = grace_s
-        self.extra_env = dict(extra_env or {})
+        self.users = users or JobUsers("none")
+        self.env = job_env or JobEnv(os.environ, fixed=extra_env)
         self.groups: dict[str, _Group] = {}
         self.started_pids: list[int] = []  # every rank wrapper this backend spawned (process-group leaders)
         self._pending: list[BackendEvent] = []
@@ -150,39 +159,35 @@ class LocalBackend(BackendBase):
             time.sleep(0.02)
 
     def _launch(self, job_id: str, alloc: Allocation, spec: LaunchSpec) -> list[BackendEvent]:
-        """Spawn the ranks of generation `spec.generation` (already recorded by the daemon, with its token).
-        A spawn that fails ends the generation as `launch_failed` with the reason: the job fails, not us."""
+        """Spawn the ranks of generation `spec.generation` (already recorded by the daemon, with its token) as
+        the account of the job's user. A spawn that fails (no account, exec refused) ends the generation as
+        `launch_failed` with the reason: the job fails, not us."""
         gen = spec.generation
         jd = self.job_dir(job_id)
         ranks: list[_Rank] = []
         pause("planned", f"{job_id}:{gen}")
         try:
-            for sub in ("logs", "run", "ckpt"):
-                (jd / sub).mkdir(parents=True, exist_ok=True)
+            if any("\x00" in w for w in (spec.script, *spec.args)):  # as exec would: no NUL in an argument
+                raise ValueError("an argument holds a NUL byte")
+            acct = self.users.account(spec.user)
+            why = unreadable(spec.script, acct) if acct is not None else None
+            if why:  # say so now, not in a traceback in the log after every retry
+                raise IdentityError(f"the script {why}")
+            _jobfiles.prepare(jd, acct)
+            argv = _jobfiles.write_owned(jd / f"g{gen}.argv", json.dumps([spec.script, *spec.args]).encode(), acct)
             world = alloc.gpus
             port = free_port()
             nodes = [n for n, k in alloc.placement for _ in range(k)]
             envs = worker_envs(nproc=world, master_port=port, job_id=job_id, generation=gen,
                                local_batch=alloc.local_batch, global_batch=spec.batch_size,  # library splits the rest
                                checkpoint_dir=str(jd / "ckpt"))
-            cmd = [self.python, "-u", "-m", "elastisched.train._entry", spec.script, *spec.args]
             devices = self._devices(nodes)
             for r, le in enumerate(envs):
-                env = {**os.environ, **le.to_env(), "LOCAL_WORLD_SIZE": str(world), **self.extra_env, **spec.env,
-                       PREFIX + "NODE": nodes[r], CHECKPOINT_DIR: str(jd / "ckpt"), TOKEN: spec.token}
-                if devices[r] is not None:  # one visible device per rank: it is cuda:0 inside the worker
-                    env.update(CUDA_VISIBLE_DEVICES=str(devices[r]), LOCAL_RANK="0")
-                env.setdefault("OMP_NUM_THREADS", "1")
-                exit_file = jd / "run" / f"g{gen}-r{r}.exit"
-                with open(jd / "logs" / f"g{gen}-r{r}.log", "ab") as log:
-                    p = subprocess.Popen([self.python, "-m", "elastisched.backends._wrap", str(exit_file), "--",
-                                          *cmd], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=str(jd), start_new_session=True)
-                ranks.append(_Rank(p.pid, start_ticks(p.pid), exit_file, p))
-                self.started_pids.append(p.pid)
+                env = self._env(jd, spec, le, nodes[r], devices[r], world, acct)
+                ranks.append(self._spawn(jd, gen, r, str(argv), env, acct))
                 if r < len(envs) - 1:
                     pause("rank", f"{job_id}:{gen}:{r}")
-        except (OSError, ValueError, RuntimeError) as e:
+        except (OSError, ValueError, RuntimeError, IdentityError) as e:
             for r in ranks:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(r.pid, signal.SIGKILL)
@@ -192,6 +197,33 @@ class LocalBackend(BackendBase):
         pause("spawned", f"{job_id}:{gen}")
         return [JobStarted(time.time(), job_id, gen, pids=tuple((r.pid, r.ticks) for r in ranks),
                            devices=tuple(devices), port=port)]
+
+    def _env(self, jd: Path, spec: LaunchSpec, le: LaunchEnv, node: str, device: int | None, world: int,
+             acct: Account | None) -> dict[str, str]:
+        """One rank's environment: the allow-listed base, the job's own variables, then the launch contract."""
+        contract = {**le.to_env(), "LOCAL_WORLD_SIZE": str(world), PREFIX + "NODE": node,
+                    CHECKPOINT_DIR: str(jd / "ckpt"), TOKEN: spec.token}
+        if device is not None:  # one visible device per rank: it is cuda:0 inside the worker
+            contract.update(CUDA_VISIBLE_DEVICES=str(device), LOCAL_RANK="0")
+        return self.env.build(spec.env, contract, home=str(jd / "home"), user=acct.name if acct else None)
+
+    def _spawn(self, jd: Path, gen: int, r: int, argv: str, env: dict[str, str], acct: Account | None) -> _Rank:
+        """Rank `r` under `_wrap`, in its own session, as `acct` (no supplementary groups, umask 077); its
+        output goes to a log file the service creates and hands to the account."""
+        exit_file = jd / "run" / f"g{gen}-r{r}.exit"
+        ids: dict[str, object] = {}
+        if acct is not None:
+            ids = {"user": acct.uid, "group": acct.gid, "extra_groups": [], "umask": 0o077}
+        log = _jobfiles.open_owned(jd / "logs" / f"g{gen}-r{r}.log", acct)
+        try:
+            p = subprocess.Popen([self.python, "-m", "elastisched.backends._wrap", str(exit_file), "--", self.python,
+                                  "-u", "-m", "elastisched.backends._argv", argv], env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(jd / "home"),
+                                 start_new_session=True, **ids)  # type: ignore[call-overload]
+        finally:
+            os.close(log)
+        self.started_pids.append(p.pid)
+        return _Rank(p.pid, start_ticks(p.pid), exit_file, p)
 
     # ------------------------------------------------------------------ events
     def poll(self) -> list[BackendEvent]:

@@ -30,16 +30,41 @@ def submit(
     application: str = typer.Option(None, "--application", help="profiled model name (e.g. cifar10)"),
     work_scale: float = typer.Option(None, "--work-scale", min=0.0, help="job length as a multiple of "
                                      "the profiled application's run (its validation epochs)"),
+    env: list[str] = typer.Option([], "--env", "-e", help="NAME=VALUE for the job's environment (repeatable)"),
+    key: str = typer.Option(None, "--idempotency-key", help="the submission's key (default: a fresh one); a retry "
+                            "with the same key never makes a second job"),
     as_json: bool = JsonOpt, server: str = ServerOpt, token: str = TokenOpt,
 ) -> None:
-    """Submit a job; prints its id."""
+    """Submit a job; prints its id. A timeout or a lost connection is retried with the same Idempotency-Key,
+    so a submission the service committed before the connection broke is not made twice."""
+    import uuid
+
     lo, hi = parse_range(gpus, "--gpus") or (1, 1)
-    body: dict[str, Any] = {"script": str(script.resolve()), "args": list(ctx.args), "gpus": lo, "min_gpus": lo,
+    body: dict[str, Any] = {"script": _script(script), "args": list(ctx.args), "gpus": lo, "min_gpus": lo,
                             "max_gpus": hi, "batch_size": batch_size, "name": name, "gpu_type": gpu_type,
                             "duration_s": duration, "adaptive": parse_range(adaptive, "--adaptive"),
-                            "application": application, "work_scale": work_scale}
-    out = call(server, token, "POST", "/v1/jobs", json=body)
+                            "application": application, "work_scale": work_scale, "env": _env(env)}
+    headers = {"Idempotency-Key": key or str(uuid.uuid4())}
+    out = call(server, token, "POST", "/v1/jobs", json=body, headers=headers, retry=True)
     dump(out) if as_json else typer.echo(out["id"])
+
+
+def _script(script: Path) -> str:
+    """The script's absolute path (the service resolves it again inside its scripts directory)."""
+    try:
+        return str(script.resolve())
+    except (OSError, RuntimeError) as e:
+        raise typer.BadParameter(f"SCRIPT={str(script)[:200]!r}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _env(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise typer.BadParameter(f"--env {item[:60]!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
 
 
 def ls(state: str = typer.Option(None, "--state", "-s", help="e.g. RUNNING,PENDING"),

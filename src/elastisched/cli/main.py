@@ -37,6 +37,10 @@ SimSeedOpt = Annotated[str, typer.Option("--seed", metavar="INT", help="Random s
                                          "deterministic per seed).")]
 SimOutOpt = Annotated[str, typer.Option("--out", "-o", metavar="DIR", help="Output directory (created; nothing "
                                         "written on failure; an existing directory is written into).")]
+LengthEstimateOpt = Annotated[str, typer.Option(
+    "--length-estimate", metavar="KIND", help="What each job declares about its length, as the policies see it: "
+    "exact (default), lognormal:SIGMA (the truth × a seeded log-normal factor, median 1) or none. The truth always "
+    "ends the job; `elastisched policies` says which policies read the declared length.")]
 RestartCostOpt = Annotated[str | None, typer.Option("--restart-cost", metavar="SECONDS",
                                                     help="Seconds per restart, in [0, 86400] (default: 30 per app).")]
 
@@ -58,30 +62,34 @@ def policies_cmd(as_json: Annotated[bool, typer.Option("--json", help="Machine-r
     pols = registered()
     if as_json:
         typer.echo(json.dumps([{"name": n, "description": c.description, "interval": c.interval,  # type: ignore[attr-defined]
-                                "elastic": c.elastic} for n, c in pols.items()], indent=2))  # type: ignore[attr-defined]
+                                "elastic": c.elastic, "knows_length": str(c.knows_length)}  # type: ignore[attr-defined]
+                               for n, c in pols.items()], indent=2))
         return
-    t = Table("policy", "round", "elastic", "description")
+    t = Table("policy", "round", "elastic", "knows of a job's length", "description")
     for n, c in pols.items():
         t.add_row(n, f"{c.interval:g} s" if c.interval else "on events", "yes" if c.elastic else "no",  # type: ignore[attr-defined]
-                  c.description)  # type: ignore[attr-defined]
+                  str(c.knows_length), c.description)  # type: ignore[attr-defined]
     Console().print(t)
 
 
 @sim_app.command("run")
 def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy", "-p", help="Policy name.")],
             out: SimOutOpt = "results/run", cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0",
-            profiles: ProfilesOpt = None, restart_cost: RestartCostOpt = None) -> None:
+            profiles: ProfilesOpt = None, restart_cost: RestartCostOpt = None,
+            length_estimate: LengthEstimateOpt = "exact") -> None:
     """Simulate one policy on one workload; writes summary.json, jobs.csv and timeline.csv."""
     from elastisched.cli import options
     from elastisched.report.compare import write_run
+    from elastisched.sim.length_estimate import LengthEstimate
     from elastisched.sim.runner import run_policies, setup
 
     with options.cli_errors():
         policy, seed_n = options.policy(policy), options.seed(seed)
         cost, out_path = options.restart_cost(restart_cost), options.out_dir(out)
+        estimate = LengthEstimate.parse(length_estimate)
         s = setup(workload, cluster, profiles, cost)
         with progress_bars() as bars:
-            res = run_policies(s, [policy], seed_n, bars)[policy]
+            res = run_policies(s, [policy], seed_n, bars, length_estimate=estimate)[policy]
         write_run(out_path, res)
     sm = res.summary
     from elastisched.cli.common import console
@@ -95,19 +103,22 @@ def sim_run(workload: WorkloadOpt, policy: Annotated[str, typer.Option("--policy
 def sim_compare(workload: WorkloadOpt, out: SimOutOpt = "results/compare",
                 policies: Annotated[str, typer.Option("--policies", "-p", help="Comma-separated policy names.")]
                 = "fifo,srtf,tiresias,optimus",
-                cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None) -> None:
+                cluster: ClusterOpt = "16x4:t4", seed: SimSeedOpt = "0", profiles: ProfilesOpt = None,
+                length_estimate: LengthEstimateOpt = "exact") -> None:
     """Simulate several policies on the same workload; writes summary.csv, plots and report.html."""
     from elastisched.cli import options
     from elastisched.report.compare import compare_report, write_files, write_run
+    from elastisched.sim.length_estimate import LengthEstimate
     from elastisched.sim.runner import run_policies, setup
 
     with options.cli_errors():
         names, seed_n, out_path = options.policies(policies), options.seed(seed), options.out_dir(out)
+        estimate = LengthEstimate.parse(length_estimate)
         s = setup(workload, cluster, profiles)
         with progress_bars() as bars:
-            results = run_policies(s, names, seed_n, bars)
+            results = run_policies(s, names, seed_n, bars, length_estimate=estimate)
         config = {"workload": workload, "digest": s.workload.digest, "cluster": cluster, "seed": seed_n,
-                  "policies": names, "version": __version__}
+                  "policies": names, "length_estimate": str(estimate), "version": __version__}
         files = compare_report(results, f"Policy comparison on {s.workload.name}", config)
         write_files(out_path, files)
         for name, r in results.items():

@@ -12,19 +12,27 @@ import typer
 from elastisched.cli.client_io import JsonOpt, age, dump, table
 
 WorkdirOpt = typer.Option(Path(".elastisched"), "--workdir", help="the service's workdir (its default database)")
-DbOpt = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///<workdir>/elastisched.db)")
+DbOpt = typer.Option(None, "--db", help="SQLAlchemy URL without a password (default $ELASTISCHED_DB, else "
+                     "sqlite:///<workdir>/elastisched.db)")
 
 
 def token_store(workdir: Path, db: str | None) -> Any:
-    """The service's store, its file created private (0600) when this makes it."""
+    """The service's store, its file created private (0600) when this makes it. The URL as `serve` takes it:
+    `--db` (no password on a command line), else $ELASTISCHED_DB, else the workdir's SQLite file."""
+    from elastisched.core.errors import ConfigError
     from elastisched.service import auth
+    from elastisched.service.secret_inputs import database_url
     from elastisched.service.server import default_db
     from elastisched.service.store import Store
 
-    url = db or default_db(workdir)
+    try:
+        url = database_url(db, None, default_db(workdir))
+    except ConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     file = auth.sqlite_path(url)
     if file is not None:
-        auth.secure_workdir(file.parent) if db is None else os.umask(0o077)
+        auth.secure_workdir(file.parent, shared=None) if url == default_db(workdir) else os.umask(0o077)
         auth.precreate_private(file)
     return Store(url)
 

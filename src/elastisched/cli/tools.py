@@ -34,6 +34,9 @@ def _register_sweep(sim_app: typer.Typer) -> None:
         ray_address: Annotated[str | None, typer.Option(
             "--ray-address", help="Run cells as Ray tasks on this cluster (auto, or HOST:PORT).")] = None,
         profiles: Annotated[str | None, typer.Option(help="Directory of Sia per-GPU-type traces.")] = None,
+        length_estimate: Annotated[str, typer.Option(
+            "--length-estimate", metavar="KIND", help="exact (default), lognormal:SIGMA or none: what each job "
+            "declares about its length, as the policies see it (see `sim run --help`).")] = "exact",
     ) -> None:
         """Run policies × workloads × seeds (× clusters) in parallel; one aggregated summary and report.
 
@@ -50,7 +53,7 @@ def _register_sweep(sim_app: typer.Typer) -> None:
             wls = [x for w in workload for x in expand(w)]
             cls = [x for c in (cluster or ["16x4:t4"]) for x in expand(c)]
             names = [p.strip() for p in policies.split(",") if p.strip()]
-            cells = make_cells(wls, names, parse_seeds(seeds), cls, profiles)
+            cells = make_cells(wls, names, parse_seeds(seeds), cls, profiles, length_estimate=length_estimate)
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             with Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
@@ -59,7 +62,8 @@ def _register_sweep(sim_app: typer.Typer) -> None:
                 results = run_sweep(cells, workers, ray_address,
                                     progress=lambda done, _total: prog.update(task, completed=done))
             config = {"workloads": wls, "clusters": cls, "policies": names, "seeds": parse_seeds(seeds),
-                      "workers": workers, "ray_address": ray_address, "profiles": profiles, "version": __version__}
+                      "workers": workers, "ray_address": ray_address, "profiles": profiles,
+                      "length_estimate": length_estimate, "version": __version__}
             write_sweep(out, results, config)
         failed = sum(not r.ok for r in results)
         console.print(f"{len(results) - failed}/{len(results)} cells finished"

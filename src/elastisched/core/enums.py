@@ -31,6 +31,17 @@ class Cause(StrEnum):
     RETRY = "retry"  # a failed generation is started again from its checkpoint
 
 
+class LengthKnowledge(StrEnum):
+    """What a policy reads about how long a job will run (`Policy.knows_length`, shown by `policies`): nothing
+    (attained service, goodput only), the length the job declared (`JobView.declared_work`: epochs or steps as
+    a user submits them, noisy in the simulator when asked), or the true remaining work (`JobView.total_work`,
+    an oracle no live service has)."""
+
+    NOTHING = "nothing"
+    DECLARED = "declared length"
+    TRUTH = "true remaining work"
+
+
 class ChangeKind(StrEnum):
     """What a change of allocation costs (`engine.jobstate.change_kind`, the one rule of both bodies)."""
 

@@ -8,7 +8,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from elastisched.core.enums import Cause
-from elastisched.core.types import Allocation, JobId
+from elastisched.core.types import Allocation, JobId, JobSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +36,9 @@ class ActionKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """Everything a backend needs to start one generation of a job's workers, so that it never reads the
-    service's store: what to run, which generation this is and why, the global batch, extra environment, and
-    a launch token that marks every worker of this generation (a restarted service finds them by it)."""
+    service's store: what to run, which generation this is and why, the global batch, the job's own
+    environment variables, a launch token that marks every worker of this generation (a restarted service
+    finds them by it), and the elastisched user who submitted it (its workers run as that user's account)."""
 
     script: str
     args: tuple[str, ...]
@@ -46,6 +47,10 @@ class LaunchSpec:
     token: str
     batch_size: int | None = None  # global batch (None: the script's own)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # the job as its policy sees it (application, work, duration): what a backend that models a run instead
+    # of starting one needs (backends/fake.py); a backend that runs the script ignores it
+    job: JobSpec | None = None
+    user: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

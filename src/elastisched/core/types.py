@@ -191,6 +191,10 @@ class JobView:
     # gradient statistics the job measured itself (live: its hints), (|E g|², tr(Σ) per sample); None when it
     # reported none (the simulator: the model's per-epoch statistics stand in). Pollux's efficiency reads them.
     grad_stats: tuple[float, float] | None = None
+    # the work the job declared, in `total_work`'s units (its epochs or steps as the user submitted them): what an
+    # honest policy plans with; None when it declared no length. `total_work` is the truth that ends the job; the
+    # simulator may make this a noisy estimate of it (`sim.length_estimate`), the live service takes the spec's.
+    declared_work: float | None = None
 
     @property
     def job_id(self) -> JobId:

@@ -89,7 +89,7 @@ def new_state(spec: JobSpec, app: Application | None, now: float) -> JobState:
     """The state of a job that has just arrived (progress bounds scaled by its `work_scale`)."""
     # Python floats (the same products as numpy's, element by element): `advance` does scalar arithmetic on them
     bounds = (app.epoch_end * spec.work_scale).tolist() if app is not None else [0.0, 1.0]
-    return JobState(spec, app, bounds, updated=now)
+    return JobState(spec, app, bounds, updated=now, declared=bounds[-1] if app is not None else None)
 
 
 @dataclass(slots=True, eq=False)
@@ -128,6 +128,7 @@ class JobState:
     rates: np.ndarray | None = None  # progress/s per epoch for the current config
     observed: dict[int, float] = field(default_factory=dict)  # GPUs -> samples/s measured
     grad_stats: tuple[float, float] | None = None  # (|E g|², tr(Σ) per sample) the job measured (live hints)
+    declared: float | None = None  # the work the job declared (`JobView.declared_work`); None: no length given
     gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
     view: JobView | None = None
     _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
@@ -325,5 +326,5 @@ class JobState:
                 updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
                 num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
                 observed_throughput=MappingProxyType(dict(self.observed)), samples_done=self.samples,
-                model=self.app, grad_stats=self.grad_stats)
+                model=self.app, grad_stats=self.grad_stats, declared_work=self.declared)
         return self.view

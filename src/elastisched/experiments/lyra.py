@@ -54,8 +54,8 @@ from elastisched.experiments.lyra_deepboot import DeepBootConfig, deepboot_compa
 from elastisched.loaning.demand import DAY, DemandSeries, diurnal, low_stretches
 from elastisched.loaning.timeline import LoanPlan, loan_plan
 from elastisched.models.registry import PerfModels
+from elastisched.policies._reclaim import METHODS
 from elastisched.policies.base import Policy, make_policy
-from elastisched.policies.lyra.reclaim import METHODS
 from elastisched.report.loan_figures import fig_cdfs, fig_loans
 from elastisched.sim import SimResult
 from elastisched.workloads.schema import Workload

@@ -3,8 +3,8 @@
 - `demand`: inference demand over time (seeded diurnal generator, CSV `time,busy_servers`, DeepBoot rows);
 - `timeline`: demand → loanable-server timeline (`LoanPlan`, with headroom and a reclaim notice period);
 
-Which loaned servers to return on a reclaim, and the loan-aware placement, are Lyra's own decisions and live in
-its wing (`policies/lyra/reclaim.py`, `policies/lyra/placement.py`).
+Which loaned servers to return on a reclaim is a policy's decision (`policies/_reclaim.py`, shared by the lyra
+and elastisched wings); the loan-aware placement is Lyra's own (`policies/lyra/placement.py`).
 
 Pure parts only: the experiments that use them (`reproduce lyra`, `lyra-deepboot`) live in `experiments/`.
 """

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from elastisched.core.enums import LengthKnowledge
 from elastisched.core.errors import UnknownPolicyError
 from elastisched.core.types import ClusterSnapshot, Decision, JobId, JobSpec
 from elastisched.models.registry import PerfModels
@@ -63,6 +64,9 @@ class Policy:
     #: raises ConfigError naming the job, `_common.require_model`): the live service refuses submissions that
     #: name no profiled application
     needs_perf_models: ClassVar[bool] = False
+    #: what the policy reads about a job's length (`elastisched policies` shows it): nothing, the declared length
+    #: (`JobView.declared_work`), or the true remaining work (`JobView.total_work`, an oracle)
+    knows_length: ClassVar[LengthKnowledge] = LengthKnowledge.NOTHING
 
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         raise NotImplementedError

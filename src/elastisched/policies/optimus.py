@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 
+from elastisched.core.enums import LengthKnowledge
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.models.application import Application, packed_shape
 from elastisched.policies._common import node_types, require_model, start_type, wait_reason
@@ -28,6 +29,7 @@ from elastisched.policies.base import Policy, PolicyContext, register
 @register
 class OptimusPolicy(Policy):
     name = "optimus"
+    knows_length = LengthKnowledge.TRUTH  # remaining steps from the application's epochs × work_scale (an oracle)
     needs_perf_models = True
     description = "Optimus: greedy GPU-by-GPU allocation by marginal reduction of predicted remaining time."
     interval = 60.0

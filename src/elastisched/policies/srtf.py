@@ -11,6 +11,7 @@ fit the cluster (more GPUs than any type it may use has) is INFEASIBLE.
 
 from __future__ import annotations
 
+from elastisched.core.enums import LengthKnowledge
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.models.application import packed_shape
 from elastisched.policies._common import can_ever_fit, fits, node_types, require_model, take
@@ -20,6 +21,7 @@ from elastisched.policies.base import Policy, PolicyContext, register
 @register
 class SrtfPolicy(Policy):
     name = "srtf"
+    knows_length = LengthKnowledge.TRUTH  # remaining work = total_work − progress (an oracle)
     needs_perf_models = True
     description = "Shortest remaining time first (preemptive, oracle remaining time from measured profiles)."
     interval = 60.0

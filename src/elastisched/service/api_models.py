@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, ValidationInfo, field_validator
 
+from elastisched.backends.job_env import spec_env_problem
 from elastisched.service.spec_defaults import DEFAULT_BATCH_SIZE
 
 MAX_ARG_BYTES = 128 * 1024 - 1  # execve: MAX_ARG_STRLEN (128 KiB) including the terminating NUL
@@ -99,6 +100,16 @@ class SubmitRequest(_Model):
                                       description="profiled application (models)")
     work_scale: Num | None = Field(default=None, gt=0, le=1e6, description="job length as a multiple of the "
                                      "profiled application's run (models)")
+    env: dict[str, str] = Field(default_factory=dict, description="the job's own environment variables (on top "
+                                "of the service's allow-list; the launch contract's names are reserved)")
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        why = spec_env_problem(v)
+        if why:
+            raise ValueError(why)
+        return v
 
     @field_validator("args")
     @classmethod

@@ -25,17 +25,24 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from elastisched.service.api_models import BodyTooLarge, body_too_large, guard, validation_error
 from elastisched.service.auth import Authenticator
 from elastisched.service.daemon import Service
+from elastisched.service.headers import security_headers
+from elastisched.service.isolation import DEFAULT_MAX_QUEUED
+from elastisched.service.job_listing import Listing
 from elastisched.service.logstream import Follows
 from elastisched.service.routes import cluster, dashboard, jobs, meta
-from elastisched.service.routes.context import ApiContext, http_error
+from elastisched.service.routes.context import ApiContext, http_error, job_json
+from elastisched.service.routes.meta import DASHBOARD
 
 
 def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLike[str], *,
-               follows: Follows | None = None) -> FastAPI:
-    """The API over a `Service`; `token` is the legacy admin token (None: per-user tokens only). The lifespan
-    starts and stops the engine loop."""
+               follows: Follows | None = None, max_queued: int = DEFAULT_MAX_QUEUED, isolation: str = "none"
+               ) -> FastAPI:
+    """The API over a `Service`; `token` is the legacy admin token (None: per-user tokens only); `max_queued`:
+    queued jobs a user who is not an admin may have; `isolation`: how jobs run (reported by /v1/status). The
+    lifespan starts and stops the engine loop."""
     ctx = ApiContext(service=service, store=service.store, scripts_dir=Path(scripts_dir).resolve(),
-                     follows=follows or Follows(), authn=Authenticator(service.store, token))
+                     follows=follows or Follows(), authn=Authenticator(service.store, token), max_queued=max_queued,
+                     isolation=isolation, listing=Listing(service.store, job_json))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -55,6 +62,7 @@ def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLi
     app.add_exception_handler(BodyTooLarge, body_too_large)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_middleware(lambda inner: guard(inner))  # type: ignore[arg-type]
+    app.add_middleware(lambda inner: security_headers(inner, DASHBOARD))  # type: ignore[arg-type]
     for routes in (dashboard, meta, jobs, cluster):
         app.include_router(routes.router)
     return app

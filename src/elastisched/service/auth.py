@@ -130,21 +130,33 @@ class Authenticator:
 
 
 # ---------------------------------------------------------------------------------------------- file permissions
-def secure_workdir(workdir: Path) -> Path:
+def secure_workdir(workdir: Path, *, shared: bool | None = False) -> Path:
     """Create (or tighten) the workdir to 0700 and set the process umask to 077: everything the service creates
-    from now on (database, WAL, logs, checkpoints, token) is private to its user from the first byte."""
+    from now on (database, WAL, logs, checkpoints, token) is private to its user from the first byte. `shared`
+    (jobs run as other accounts): 0711, so a job reaches its own directory by name and lists nothing; None (a
+    command beside a running service, e.g. `token create`): an existing workdir keeps its mode if it is one
+    of the two."""
     os.umask(0o077)
-    workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    workdir.chmod(0o700)
+    mode = 0o711 if shared else 0o700
+    if shared is None and workdir.is_dir() and (workdir.stat().st_mode & 0o777) in (0o700, 0o711):
+        return workdir
+    workdir.mkdir(parents=True, exist_ok=True, mode=mode)
+    workdir.chmod(mode)
     return workdir
 
 
 def precreate_private(path: Path) -> None:
-    """Create `path` empty with mode 0600 if missing (SQLite gives its WAL and SHM files the database's mode)."""
+    """Create `path` empty with mode 0600 if missing (SQLite gives its WAL and SHM files the database's mode);
+    an existing file of ours that others may read (made under another umask) is made 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        st = path.stat()
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                if p.exists():
+                    p.chmod(0o600)
         return
     os.close(fd)
 

@@ -58,12 +58,30 @@ def apply_actions(svc: Service, actions: Sequence[Action], now: float | None = N
 
 
 def handle(svc: Service, events: Sequence[BackendEvent]) -> None:
-    for e in events:
-        try:
-            _event(svc, e)
-        except Exception as exc:  # one job's bad event must not stop the others (nor startup)
-            svc.last_error = f"event {type(e).__name__} of {e.job_id}: {type(exc).__name__}: {exc}"
-            log.exception("handling %s failed", e)
+    """Record what the backend reports. A run of facts that start nothing (workers started, hints) is written
+    in one transaction: a burst of launches costs one commit, not one per job. An end may relaunch (its plan
+    must be committed before the backend acts), so each end is handled on its own."""
+    i = 0
+    while i < len(events):
+        j = i
+        while j < len(events) and isinstance(events[j], JobStarted | JobHints):
+            j += 1
+        if j == i:
+            _guarded(svc, events[i])
+            i += 1
+            continue
+        with svc.store.tx():
+            for e in events[i:j]:
+                _guarded(svc, e)
+        i = j
+
+
+def _guarded(svc: Service, e: BackendEvent) -> None:
+    try:
+        _event(svc, e)
+    except Exception as exc:  # one job's bad event must not stop the others (nor startup)
+        svc.last_error = f"event {type(e).__name__} of {e.job_id}: {type(exc).__name__}: {exc}"
+        log.exception("handling %s failed", e)
 
 
 def _event(svc: Service, e: BackendEvent) -> None:
@@ -72,7 +90,7 @@ def _event(svc: Service, e: BackendEvent) -> None:
         svc.store.add_event(None, "nodes_changed", {"nodes": [n.node_id for n in e.nodes], "lost": list(e.lost)})
         apply_actions(svc, svc.launches.nodes_lost(set(e.lost)))
         return
-    row = svc.store.get_job(e.job_id)
+    row = svc.store.active_row(e.job_id) or svc.store.get_job(e.job_id)  # an active job's, without a query
     if isinstance(e, JobStarted):
         svc.launches.started(e)
     elif isinstance(e, GenerationEnded) and row is not None:

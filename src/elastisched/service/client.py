@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,16 +80,30 @@ def fail(status: int, detail: Any, source: str) -> None:
     raise typer.Exit(1)
 
 
-def call(server: str | None, token: str | None, method: str, path: str, **kw: Any) -> Any:
-    """One request; JSON or text back, or a one-line error and a non-zero exit."""
+RETRY_DELAYS_S = (0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0)  # about 28 s: a service restart fits in it
+
+
+def call(server: str | None, token: str | None, method: str, path: str, *, retry: bool = False, **kw: Any) -> Any:
+    """One request; JSON or text back, or a one-line error and a non-zero exit. `retry` (a request that is
+    safe to repeat: a submission with its `Idempotency-Key`): a timeout or a lost connection is retried after
+    `RETRY_DELAYS_S`, each attempt said on stderr."""
     httpx = _httpx()
-    try:
-        c, source = client(server, token)
-        with c:
-            r = c.request(method, path, **kw)
-    except httpx.HTTPError as e:
-        typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e}", err=True)
-        raise typer.Exit(3) from None
+    c, source = client(server, token)
+    with c:
+        for attempt, delay in enumerate((*RETRY_DELAYS_S, None) if retry else (None,), 1):
+            try:
+                r = c.request(method, path, **kw)
+                break
+            except httpx.TransportError as e:
+                if delay is None:
+                    typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e or type(e).__name__}", err=True)
+                    raise typer.Exit(3) from None
+                typer.echo(f"warning: {type(e).__name__} talking to {server or DEFAULT_SERVER}; retrying in "
+                           f"{delay:g} s (attempt {attempt + 1} of {len(RETRY_DELAYS_S) + 1})", err=True)
+                time.sleep(delay)
+            except httpx.HTTPError as e:
+                typer.echo(f"error: cannot reach {server or DEFAULT_SERVER}: {e}", err=True)
+                raise typer.Exit(3) from None
     if r.status_code >= 400:
         try:
             detail = r.json().get("detail", r.text)

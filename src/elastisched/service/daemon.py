@@ -33,6 +33,7 @@ from elastisched.service import backend_events, policy_state
 from elastisched.service.launches import Launches, in_place
 from elastisched.service.live_view import LiveView
 from elastisched.service.loan_offers import apply_loan_offers
+from elastisched.service.round_times import RoundTimes
 from elastisched.service.store import Store
 from elastisched.service.submission import policy_named, stored_reason
 from elastisched.service.user_requests import apply_requests
@@ -79,6 +80,7 @@ class Service:
         self._last_round = -float("inf")
         self.rounds = 0
         self.round_latency_s = 0.0  # policy + engine time of the last round
+        self.round_times = RoundTimes()  # wall time of every step that ran a round
         self.last_error: str | None = None
         self.on_round: Any = None  # observer of (snapshot, RoundResult), as `SimConfig.on_round`
 
@@ -148,6 +150,7 @@ class Service:
         self.base_nodes, self._nodes, self._dirty = nodes, None, True
 
     def step(self) -> None:
+        t0 = time.perf_counter()
         events = self.backend.poll()
         if events:
             self._handle(events)
@@ -167,8 +170,13 @@ class Service:
             self._dirty = False
             self._last_round = now
             self._round(pending_reclaims)
+            ran = True
+        else:
+            ran = False
         if self.engine.life_events != self._saved_life_events:  # a job entered or left the policy's view
             self._save_policy_state()
+        if ran:
+            self.round_times.add(time.perf_counter() - t0, self.round_latency_s)
 
     def snapshot(self, nodes: tuple[NodeView, ...], reclaim_demand: int = 0) -> ClusterSnapshot:
         """The policy's view (`LiveView.snapshot`)."""
@@ -184,14 +192,16 @@ class Service:
         self.round_latency_s = res.latency_s
         if self.on_round is not None:
             self.on_round(snap, res)
-        actions = self.launches.prepare(list(res.actions), {j: v.grad_stats for j, v in snap.jobs.items()})
         returned = list(res.reclaim.servers) if res.reclaim is not None else []
         why = res.decision.reasons
         reasons = {jid: stored_reason(why.get(jid)) for jid, j in snap.jobs.items() if not j.is_running}
-        self._persist(snap, res, actions, returned, reasons)
-        for a in actions:
-            if a.kind is ActionKind.SUSPEND:
-                self.store.update_job(a.job_id, state="SUSPENDED", placement=[], reason=PendingReason.PREEMPTED.value)
+        with self.store.tx():  # everything the round decided, in one commit, before the backend acts
+            actions = self.launches.prepare(list(res.actions), {j: v.grad_stats for j, v in snap.jobs.items()})
+            self._persist(snap, res, actions, returned, reasons)
+            for a in actions:
+                if a.kind is ActionKind.SUSPEND:
+                    self.store.update_job(a.job_id, state="SUSPENDED", placement=[],
+                                          reason=PendingReason.PREEMPTED.value)
         self._apply(actions, snap.now)
         types = node_set(nodes).gpu_type
         for a in res.actions:

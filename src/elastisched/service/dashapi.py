@@ -18,7 +18,8 @@ from typing import Any
 from sqlalchemy import or_, select
 
 from elastisched.core.enums import GenerationState
-from elastisched.service.store import Store, events, generations, jobs, loans
+from elastisched.service.store import Store
+from elastisched.service.tables import events, generations, jobs, loans
 
 Interval = tuple[float, float, float]  # start, end, GPUs
 MAX_TAIL_FILES = 8

@@ -60,8 +60,15 @@ class Launches:
         """Persist what each action starts or stops; LAUNCH / RESIZE come back with their launch spec. A RESIZE
         that only changes the batch on the same GPUs (`engine.jobstate.change_kind` "reconfigure") starts no
         generation: the target batch is recorded and the action is left out (see `in_place`). Its event says
-        which gradient statistics the policy saw (`grad`: the job's measured ones, from its hints, or None)."""
+        which gradient statistics the policy saw (`grad`: the job's measured ones, from its hints, or None).
+        All of it is one transaction (with the caller's, if one is open), committed before any backend acts."""
+        with self.store.tx():
+            return self._prepare(actions, grad)
+
+    def _prepare(self, actions: list[Action], grad: Mapping[str, tuple[float, float] | None] | None) -> list[Action]:
         out = []
+        starts = [a.job_id for a in actions if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE) and a.launch is None]
+        rows = self.store.jobs_by_id(starts) if starts else {}  # one query for the round's launches
         for a in actions:
             if in_place(a):
                 row = self.store.get_job(a.job_id)
@@ -73,7 +80,7 @@ class Launches:
                     "grad_stats": None if stats is None else list(stats), "source": "hints" if stats else "model"})
                 continue
             if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE) and a.launch is None:
-                planned = self.plan(a)
+                planned = self.plan(a, row=rows.get(a.job_id))
                 if planned is not None:
                     out.append(planned)
                 continue
@@ -87,8 +94,9 @@ class Launches:
         resume them as if they had been lost)."""
         self.store.update_generation(job_id, None, state=GenerationState.STOPPING)
 
-    def plan(self, a: Action, cause: str | None = None) -> Action | None:
-        row = self.store.get_job(a.job_id)
+    def plan(self, a: Action, cause: str | None = None, row: dict[str, Any] | None = None) -> Action | None:
+        """Record the generation `a` starts (`row`: the job's whole row if the caller has read it)."""
+        row = row if row is not None else self.store.get_job(a.job_id)
         if row is None or row["state"] not in ACTIVE:
             return None
         gen = int(row["generation"]) + 1
@@ -96,7 +104,8 @@ class Launches:
             cause = Cause.LAUNCH if a.kind is ActionKind.LAUNCH else Cause.RESIZE
             if cause == Cause.LAUNCH and gen > 1:
                 cause = Cause.RESUME  # a suspended (preempted / reclaimed) job continues from its checkpoint
-        batch = job_spec(row["id"], row["name"], row["submit_time"], row["spec"]).batch_for(a.allocation)
+        job = job_spec(row["id"], row["name"], row["submit_time"], row["spec"], row["resize_to"])
+        batch = job.batch_for(a.allocation)
         placement = [[n, k] for n, k in a.allocation.placement]
         token = secrets.token_hex(16)
         with self.store.tx() as c:
@@ -110,7 +119,7 @@ class Launches:
             self.store.add_event(a.job_id, cause, {"generation": gen, "placement": placement, "batch_size": batch},
                                  conn=c)
         spec = LaunchSpec(script=row["script"], args=tuple(row["args"]), generation=gen, cause=cause, token=token,
-                          batch_size=batch)
+                          batch_size=batch, env=dict(row["spec"].get("env") or {}), user=row.get("owner"), job=job)
         return Action(a.kind, a.job_id, a.allocation, a.previous, spec)
 
     def started(self, e: JobStarted) -> None:

@@ -35,6 +35,9 @@ class LiveView:
         self._apps: set[str] | None = None
         self._specs: dict[str, tuple[int | None, JobSpec]] = {}  # immutable but for an admin size (resize_to)
         self.jobs = LiveJobs(self.model_of)  # the engine's bookkeeping (JobState) per active job
+        # job -> the store row its state was last synced with: an unchanged row (the very same dict, the store's
+        # mirror replaces a row when it changes) needs no sync; key "": the node tuple they were synced on
+        self._seen: dict[str, Any] = {}
 
     def snapshot(self, nodes: tuple[NodeView, ...], reclaim_demand: int = 0) -> ClusterSnapshot:
         """The policy's view now: every active job but the held and the cancelled ones."""
@@ -44,13 +47,20 @@ class LiveView:
         types = node_set(nodes).gpu_type
         fresh = self.engine.policy.needs_progress
         jobs: dict[str, JobView] = {}
+        seen, states = self._seen, self.jobs.states
+        if seen.get("", (nodes,))[0] is not nodes:  # other nodes: their GPU types may differ; sync every job
+            seen.clear()
+            seen[""] = (nodes,)
         for row in rows:
             if row["cancel_requested"] or row["held"]:
                 continue
             jid = row["id"]
-            place = placement(row["placement"]) if row["placement"] else ()
-            st = self.jobs.sync(self._specs[jid][1], place, row["batch_size"], now, types, int(row["restarts"]))
-            if fresh and place:
+            st = states.get(jid)
+            if st is None or seen.get(jid) is not row:  # the store's rows are replaced when they change
+                place = placement(row["placement"]) if row["placement"] else ()
+                st = self.jobs.sync(self._specs[jid][1], place, row["batch_size"], now, types, int(row["restarts"]))
+                seen[jid] = row
+            if fresh and row["placement"]:
                 st.advance(now)
             jobs[jid] = st.make_view(now)
         return ClusterSnapshot(now, nodes, jobs, reclaim_demand)
@@ -100,3 +110,4 @@ class LiveView:
         """The job ended: drop its bookkeeping and spec."""
         self.jobs.forget(job_id)
         self._specs.pop(job_id, None)
+        self._seen.pop(job_id, None)

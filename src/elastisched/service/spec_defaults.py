@@ -22,9 +22,12 @@ def gpu_bounds(gpus: int, min_gpus: int | None, max_gpus: int | None) -> tuple[i
 
 def stored_spec(*, gpus: int, min_gpus: int | None, max_gpus: int | None, batch_size: int,
                 adaptive: Sequence[int] | None, gpu_type: str | None, duration: float | None,
-                application: str | None, work_scale: float | None) -> dict[str, Any]:
-    """The spec dict the API stores for a submission (the row `job_spec` reads back), its defaults decided here."""
+                application: str | None, work_scale: float | None, env: dict[str, str] | None = None
+                ) -> dict[str, Any]:
+    """The spec dict the API stores for a submission (the row `job_spec` reads back), its defaults decided here;
+    `env` (the job's own variables) only when it sets some."""
     lo, hi = gpu_bounds(gpus, min_gpus, max_gpus)
-    return {"num_gpus": gpus, "min_gpus": lo, "max_gpus": hi, "elastic": hi > lo, "batch_size": batch_size,
-            "adaptive": list(adaptive) if adaptive else None, "gpu_types": [gpu_type] if gpu_type else [],
-            "duration": duration, "application": application, "work_scale": work_scale}
+    out = {"num_gpus": gpus, "min_gpus": lo, "max_gpus": hi, "elastic": hi > lo, "batch_size": batch_size,
+           "adaptive": list(adaptive) if adaptive else None, "gpu_types": [gpu_type] if gpu_type else [],
+           "duration": duration, "application": application, "work_scale": work_scale}
+    return out | {"env": dict(env)} if env else out

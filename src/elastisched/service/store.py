@@ -8,7 +8,6 @@ and the API threads and the daemon thread share a single engine.
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 import time
@@ -27,13 +26,17 @@ from sqlalchemy import (
     inspect,
     select,
     text,
+    true,
     type_coerce,
     update,
 )
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
-from elastisched.core.enums import GenerationState, LoanState, RequestState
+from elastisched.core.enums import GenerationState
+from elastisched.service.active_jobs import LIGHT, ActiveMirror, Change
+from elastisched.service.store_loans import LoanStore
+from elastisched.service.store_sql import EVENTS, GENERATIONS, JOBS, in_memory, json_list, sqlite_pragmas
 from elastisched.service.tables import (
     ACTIVE,
     LEGACY_STATES,
@@ -42,12 +45,13 @@ from elastisched.service.tables import (
     generations,
     jobs,
     kv,
-    loans,
     meta,
-    reclaims,
 )
 
 __all__ = ["ACTIVE", "TERMINAL", "AmbiguousId", "Store"]
+
+# Connections kept open for reads (API threads, the daemon) and the most opened beside them at a peak.
+POOL_SIZE, POOL_OVERFLOW = 16, 48  # anyio's thread pool runs up to 40 requests at once
 
 class AmbiguousId(LookupError):
     """A short job id prefix matches more than one job."""
@@ -57,29 +61,34 @@ def _row(r: Any) -> dict[str, Any]:
     return dict(r._mapping)
 
 
-def _json_list(v: Any) -> list[Any]:
-    """A JSON list column read as text (SQLite) or already decoded (drivers with a native JSON type)."""
-    if isinstance(v, str):
-        return [] if v == "[]" else list(json.loads(v))
-    return list(v or [])
-
-
-class Store:
+class Store(LoanStore):
     """All reads and writes of the service. Methods return plain dicts (rows) so callers never hold
     connections across threads."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         kwargs: dict[str, Any] = {}
+        # An in-memory SQLite database lives in its one connection, which every thread shares under our lock;
+        # any other database gets a pool, so reads need no lock (SQLite's WAL lets them run beside the writer).
+        self.shared = url.startswith("sqlite") and in_memory(url)
         if url.startswith("sqlite"):
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
-            kwargs["poolclass"] = StaticPool  # one connection shared under our lock
+        if self.shared:
+            kwargs["poolclass"] = StaticPool
+        else:
+            kwargs |= {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW, "pool_pre_ping": False}
         self.engine = create_engine(url, **kwargs)
         if url.startswith("sqlite"):
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", sqlite_pragmas)
         self._lock = threading.RLock()
+        self.mirror = ActiveMirror()  # the active jobs' light rows, for the engine loop (service/active_jobs.py)
+        self._staged: dict[int, list[Change]] = {}  # job-row writes of each open write transaction
+        self._local = threading.local()  # the write transaction open on this thread, if any
         meta.create_all(self.engine)
         self._add_missing_columns()
+        for table in meta.sorted_tables:  # create_all never adds an index to a table that exists already
+            for index in table.indexes:
+                index.create(self.engine, checkfirst=True)
         with self._lock, self.engine.begin() as c:  # one vocabulary of states: rename those of older versions
             for old, new in LEGACY_STATES.items():
                 c.execute(update(jobs).where(jobs.c.state == old).values(state=new))
@@ -107,13 +116,46 @@ class Store:
 
     @contextmanager
     def tx(self) -> Iterator[Connection]:
-        """One atomic transaction (callers group 'persist, then act' writes in one)."""
-        with self._lock, self.engine.begin() as conn:
-            yield conn
+        """One atomic write transaction (callers group 'persist, then act' writes in one); opened inside another
+        on the same thread, it is that one. Writers take turns under one lock: SQLite allows one writer anyway,
+        and so no writer ever waits on SQLite's busy timeout."""
+        outer = getattr(self._local, "conn", None)
+        if outer is not None:  # already inside one on this thread: its writes join it (one commit)
+            yield outer
+            return
+        with self._lock:
+            staged: list[Change] = []
+            with self.engine.begin() as conn:
+                self._staged[id(conn)], self._local.conn = staged, conn
+                try:
+                    yield conn
+                finally:
+                    self._local.conn = None
+                    del self._staged[id(conn)]
+            self.mirror.apply(staged)  # committed (a failed commit raised above): the mirror follows
+
+    def _stage(self, conn: Connection, job_id: str, fields: Mapping[str, Any]) -> None:
+        """A write to a job row in `conn`'s transaction, for the mirror of the active jobs once it commits."""
+        self._staged[id(conn)].append((job_id, fields))  # a KeyError: a job row written outside `tx`
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reads, outside the writers' lock (but for a shared in-memory database): an API
+        request never waits for a round's writes, nor a round for a request's reads. Inside a write transaction
+        on this thread, that transaction's connection (its own writes are seen)."""
+        outer = getattr(self._local, "conn", None)
+        if outer is not None:  # inside a write transaction on this thread: read what it wrote
+            yield outer
+        elif self.shared:
+            with self._lock, self.engine.connect() as conn:
+                yield conn
+        else:
+            with self.engine.connect() as conn:
+                yield conn
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: Any = None) -> Any:
-        with self.tx() as c:
+        with self.read() as c:
             r = c.execute(select(kv.c.value).where(kv.c.key == key)).first()
         return default if r is None else r[0]
 
@@ -127,114 +169,170 @@ class Store:
     # ------------------------------------------------------------------ jobs
     def create_job(self, *, name: str | None, script: str, args: Sequence[str], spec: Mapping[str, Any],
                    now: float | None = None, owner: str | None = None) -> dict[str, Any]:
-        now = time.time() if now is None else now
         with self.tx() as c:
+            return self.insert_job(c, name=name, script=script, args=args, spec=spec, now=now, owner=owner)
+
+    def insert_job(self, c: Connection, *, name: str | None, script: str, args: Sequence[str],
+                   spec: Mapping[str, Any], now: float | None = None, owner: str | None = None) -> dict[str, Any]:
+        """A new PENDING job and its `submitted` event, in the caller's transaction; the row as written (no
+        read-back: columns not set are NULL)."""
+        now = time.time() if now is None else now
+        jid = secrets.token_hex(4)
+        while c.execute(select(jobs.c.id).where(jobs.c.id == jid)).first() is not None:
             jid = secrets.token_hex(4)
-            while c.execute(select(jobs.c.id).where(jobs.c.id == jid)).first() is not None:
-                jid = secrets.token_hex(4)
-            row: dict[str, Any] = {
-                "id": jid, "name": name or jid, "script": script, "args": list(args), "spec": dict(spec),
-                "state": "PENDING", "submit_time": now, "placement": [], "generation": 0, "restarts": 0,
-                "retries": 0, "cancel_requested": False, "held": False, "owner": owner}
-            seq = c.execute(insert(jobs).values(**row)).inserted_primary_key[0]
-            self._event(c, now, jid, "submitted", {"spec": row["spec"], "script": script, "args": row["args"]})
-        # the row as written (no read-back): columns not set are NULL
+        row: dict[str, Any] = {
+            "id": jid, "name": name or jid, "script": script, "args": list(args), "spec": dict(spec),
+            "state": "PENDING", "submit_time": now, "placement": [], "generation": 0, "restarts": 0,
+            "retries": 0, "cancel_requested": False, "held": False, "owner": owner}
+        seq = c.execute(insert(jobs).values(**row)).inserted_primary_key[0]
+        self._stage(c, jid, row)
+        self._event(c, now, jid, "submitted", {"spec": row["spec"], "script": script, "args": row["args"]})
         return {col.name: None for col in jobs.columns} | row | {"seq": seq}
 
     def get_job(self, id_or_prefix: str, owner: str | None = None) -> dict[str, Any] | None:
         """Exact id, else a unique prefix (short ids as in Docker/kubectl); with `owner`, among its jobs only."""
-        mine = (jobs.c.owner == owner) if owner is not None else True
-        with self.tx() as c:
-            r = c.execute(select(jobs).where((jobs.c.id == id_or_prefix) & mine)).first()
-            if r is not None:
-                return _row(r)
-            pat = id_or_prefix.replace("\\", "").replace("%", "").replace("_", "\\_") + "%"
-            rows = c.execute(select(jobs).where(jobs.c.id.like(pat, escape="\\") & mine).limit(2)).all()
+        with self.read() as c:
+            return self._get_job(c, id_or_prefix, owner)
+
+    @staticmethod
+    def _get_job(c: Connection, id_or_prefix: str, owner: str | None) -> dict[str, Any] | None:
+        mine = (jobs.c.owner == owner) if owner is not None else true()
+        rows = JOBS.rows(c.execute(JOBS.select().where((jobs.c.id == id_or_prefix) & mine)))
+        if rows:
+            return rows[0]
+        pat = id_or_prefix.replace("\\", "").replace("%", "").replace("_", "\\_") + "%"
+        rows = JOBS.rows(c.execute(JOBS.select().where(jobs.c.id.like(pat, escape="\\") & mine).limit(2)))
         if len(rows) > 1:
             raise AmbiguousId(f"job id prefix {id_or_prefix!r} matches more than one job")
-        return _row(rows[0]) if rows else None
+        return rows[0] if rows else None
+
+    def job_detail(self, id_or_prefix: str, owner: str | None = None
+                   ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """A job with its generations and events (`describe`), read on one connection."""
+        with self.read() as c:
+            row = self._get_job(c, id_or_prefix, owner)
+            if row is None:
+                return None
+            gens = c.execute(GENERATIONS.select().where(generations.c.job_id == row["id"])
+                             .order_by(generations.c.planned_at, generations.c.generation))
+            evs = c.execute(EVENTS.select().where(events.c.job_id == row["id"]).order_by(events.c.seq))
+            return row, GENERATIONS.rows(gens), EVENTS.rows(evs)
 
     def list_jobs(self, states: Sequence[str] | None = None, limit: int | None = None,
                   owner: str | None = None) -> list[dict[str, Any]]:
-        q = select(jobs).order_by(jobs.c.seq)
+        q = JOBS.select().order_by(jobs.c.seq)
         if owner is not None:
             q = q.where(jobs.c.owner == owner)
         if states:  # older names (STARTING, RESIZING) still select what they meant
             q = q.where(jobs.c.state.in_(list({LEGACY_STATES.get(x, x) for x in states})))
         if limit:
             q = q.limit(limit)
-        with self.tx() as c:
-            return [_row(r) for r in c.execute(q)]
+        with self.read() as c:
+            return JOBS.rows(c.execute(q))
+
+    def list_job_states(self, states: Sequence[str] | None = None, limit: int | None = None,
+                        owner: str | None = None) -> list[tuple[str, str]]:
+        """(id, state) of the jobs `list_jobs` would return, in the same order."""
+        q = select(jobs.c.id, jobs.c.state).order_by(jobs.c.seq)
+        if owner is not None:
+            q = q.where(jobs.c.owner == owner)
+        if states:
+            q = q.where(jobs.c.state.in_(list({LEGACY_STATES.get(x, x) for x in states})))
+        if limit:
+            q = q.limit(limit)
+        with self.read() as c:
+            return [(str(i), str(s)) for i, s in c.execute(q)]
 
     def active_jobs(self) -> list[dict[str, Any]]:
         return self.list_jobs(ACTIVE)
 
     def active_light(self) -> list[dict[str, Any]]:
-        """Active jobs without the large columns (spec, args): what one engine round reads.
+        """Active jobs without the large columns (spec, args): what one engine round reads, from the mirror
+        (`service/active_jobs.py`, read-only rows), loaded from the database on first use."""
+        while True:
+            self._load_mirror()
+            rows = self.mirror.light()
+            if rows is not None:
+                return rows
 
-        Every round reads every active job, so this is the service's hot read: plain tuples are fetched under
-        the lock (placement as raw text, no per-row JSON processing), rows are built after releasing it, and
-        the common empty placement of a queued job skips the JSON decoder."""
-        names = ("id", "name", "submit_time", "placement", "batch_size", "resize_to", "start_time", "restarts",
-                 "cancel_requested", "held")
-        q = (select(jobs.c.id, jobs.c.name, jobs.c.submit_time, type_coerce(jobs.c.placement, String),
-                    jobs.c.batch_size, jobs.c.resize_to, jobs.c.start_time, jobs.c.restarts, jobs.c.cancel_requested,
-                    jobs.c.held)
-             .where(jobs.c.state.in_(ACTIVE)).order_by(jobs.c.seq))
-        with self.tx() as c:
-            raw = c.execute(q).all()
-        out = []
-        for r in raw:
-            d = dict(zip(names, r, strict=True))
-            d["placement"] = _json_list(d["placement"])
-            out.append(d)
-        return out
+    def active_row(self, job_id: str) -> dict[str, Any] | None:
+        """The light row of one active job (read-only; from the mirror), None if the job is not active."""
+        while True:
+            self._load_mirror()
+            row = self.mirror.get(job_id)
+            if row is not False:
+                return row or None
+
+    def _load_mirror(self) -> None:
+        if self.mirror.rows is not None:
+            return
+        cols = [type_coerce(jobs.c.placement, String) if n == "placement" else jobs.c[n] for n in LIGHT]
+        q = select(*cols).where(jobs.c.state.in_(ACTIVE)).order_by(jobs.c.seq)
+        with self._lock:  # no write may commit between this read and the mirror taking over
+            if self.mirror.rows is not None:
+                return
+            with self.read() as c:
+                raw = c.execute(q).all()
+            rows = []
+            for r in raw:
+                d = dict(zip(LIGHT, r, strict=True))
+                d["placement"] = json_list(d["placement"])
+                rows.append(d)
+            self.mirror.load(rows)
+
+    def jobs_by_id(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Whole rows of the jobs `ids` (one query)."""
+        with self.read() as c:
+            return {r["id"]: r for r in JOBS.rows(c.execute(JOBS.select().where(jobs.c.id.in_(list(ids)))))}
 
     def specs(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        with self.tx() as c:
+        with self.read() as c:
             return {r[0]: r[1] for r in c.execute(select(jobs.c.id, jobs.c.spec).where(jobs.c.id.in_(list(ids))))}
 
     def requests(self) -> list[dict[str, Any]]:
-        """Active jobs with a pending cancel or an admin size (indexed scan, cheap on a long queue)."""
-        q = select(jobs).where(jobs.c.state.in_(ACTIVE) & (jobs.c.cancel_requested | jobs.c.resize_to.is_not(None)
-                                                            | jobs.c.held))
-        with self.tx() as c:
-            return [_row(r) for r in c.execute(q.order_by(jobs.c.seq))]
+        """Active jobs with a pending cancel, a hold or an admin size (read-only light rows, from the mirror)."""
+        return [r for r in self.active_light() if r["cancel_requested"] or r["held"] or r["resize_to"] is not None]
 
     def count_by_state(self) -> dict[str, int]:
-        with self.tx() as c:
+        with self.read() as c:
             return {str(k): int(n) for k, n in c.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))}
 
     def count_jobs(self) -> int:
-        with self.tx() as c:
+        with self.read() as c:
             return int(c.execute(select(func.count()).select_from(jobs)).scalar_one())
 
     def update_job(self, job_id: str, conn: Connection | None = None, **fields: Any) -> None:
-        if conn is not None:
-            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
-            return
-        with self.tx() as c:
-            c.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
+        if conn is None:
+            with self.tx() as c:
+                return self.update_job(job_id, c, **fields)
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
+        self._stage(conn, job_id, fields)
+        return None
 
     def set_reasons(self, reasons: Mapping[str, str | None], conn: Connection) -> None:
         """Set the `reason` of many jobs in one statement (executemany)."""
         q = update(jobs).where(jobs.c.id == bindparam("jid")).values(reason=bindparam("why"))
         conn.execute(q, [{"jid": j, "why": w} for j, w in reasons.items()])
+        for j, w in reasons.items():
+            self._stage(conn, j, {"reason": w})
 
     def request_cancel(self, job_id: str) -> None:
         with self.tx() as c:
             c.execute(update(jobs).where(jobs.c.id == job_id).values(cancel_requested=True))
+            self._stage(c, job_id, {"cancel_requested": True})
             self._event(c, time.time(), job_id, "cancel_requested", {})
 
     def request_hold(self, job_id: str, held: bool) -> None:
         """Suspend (held) or resume a job: the engine loop checkpoints and stops it, or queues it again."""
         with self.tx() as c:
             c.execute(update(jobs).where(jobs.c.id == job_id).values(held=held))
+            self._stage(c, job_id, {"held": held})
             self._event(c, time.time(), job_id, "suspend_requested" if held else "resume_requested", {})
 
     def request_resize(self, job_id: str, gpus: int) -> None:
         with self.tx() as c:
             c.execute(update(jobs).where(jobs.c.id == job_id).values(resize_to=gpus))
+            self._stage(c, job_id, {"resize_to": gpus})
             self._event(c, time.time(), job_id, "resize_requested", {"gpus": gpus})
 
     # ------------------------------------------------------------------ events
@@ -251,13 +349,13 @@ class Store:
             self._event(c, time.time(), job_id, kind, data or {})
 
     def events(self, job_id: str | None = None, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        q = select(events).order_by(events.c.seq)
+        q = EVENTS.select().order_by(events.c.seq)
         if job_id is not None:
             q = q.where(events.c.job_id == job_id)
         if kinds:
             q = q.where(events.c.kind.in_(list(kinds)))
-        with self.tx() as c:
-            return [_row(r) for r in c.execute(q)]
+        with self.read() as c:
+            return EVENTS.rows(c.execute(q))
 
     # ------------------------------------------------------------------ generations
     def add_generation(self, conn: Connection, job_id: str, generation: int, **fields: Any) -> None:
@@ -277,78 +375,11 @@ class Store:
             c.execute(update(generations).where(where).values(**fields))
 
     def generations(self, job_id: str | None = None, live: bool = False) -> list[dict[str, Any]]:
-        q = select(generations).order_by(generations.c.planned_at, generations.c.generation)
+        q = GENERATIONS.select().order_by(generations.c.planned_at, generations.c.generation)
         if job_id is not None:
             q = q.where(generations.c.job_id == job_id)
         if live:
             q = q.where(generations.c.state != GenerationState.EXITED)
-        with self.tx() as c:
-            return [_row(r) for r in c.execute(q)]
+        with self.read() as c:
+            return GENERATIONS.rows(c.execute(q))
 
-    # ------------------------------------------------------------------ loans and reclaims
-    def add_loans(self, nodes: Sequence[tuple[str, str, int]], conn: Connection | None = None
-                  ) -> list[dict[str, Any]]:
-        """Lend `nodes` (id, GPU type, GPUs) now, each with its `loan_offered` event; the rows as written."""
-        if conn is None:
-            with self.tx() as c:
-                return self.add_loans(nodes, c)
-        now = time.time()
-        for node_id, gpu_type, n in nodes:
-            conn.execute(insert(loans).values(node_id=node_id, gpu_type=gpu_type, num_gpus=n, state=LoanState.LOANED,
-                                              offered_at=now))
-            self._event(conn, now, None, "loan_offered", {"node": node_id, "gpus": n, "gpu_type": gpu_type})
-        ids = [n for n, _, _ in nodes]
-        return [_row(r) for r in conn.execute(select(loans).where(loans.c.node_id.in_(ids)))]
-
-    def list_loans(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        q = select(loans).order_by(loans.c.offered_at, loans.c.node_id)
-        if states:
-            q = q.where(loans.c.state.in_(list(states)))
-        with self.tx() as c:
-            return [_row(r) for r in c.execute(q)]
-
-    def loan_ids(self) -> set[str]:
-        with self.tx() as c:
-            return {r[0] for r in c.execute(select(loans.c.node_id))}
-
-    def update_loan(self, node_id: str, conn: Connection | None = None, **fields: Any) -> None:
-        q = update(loans).where(loans.c.node_id == node_id).values(**fields)
-        if conn is not None:
-            conn.execute(q)
-            return
-        with self.tx() as c:
-            c.execute(q)
-
-    def add_reclaim(self, count: int, deadline: float) -> dict[str, Any]:
-        now = time.time()
-        with self.tx() as c:
-            rid = c.execute(insert(reclaims).values(count=count, deadline=deadline, state=RequestState.PENDING,
-                                                    nodes=[],
-                                                    created_at=now)).inserted_primary_key[0]
-            self._event(c, now, None, "reclaim_requested", {"reclaim": rid, "count": count, "deadline": deadline})
-            return _row(c.execute(select(reclaims).where(reclaims.c.id == rid)).one())
-
-    def list_reclaims(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        q = select(reclaims).order_by(reclaims.c.id)
-        if states:
-            q = q.where(reclaims.c.state.in_(list(states)))
-        with self.tx() as c:
-            return [_row(r) for r in c.execute(q)]
-
-    def update_reclaim(self, rid: int, conn: Connection | None = None, **fields: Any) -> None:
-        q = update(reclaims).where(reclaims.c.id == rid).values(**fields)
-        if conn is not None:
-            conn.execute(q)
-            return
-        with self.tx() as c:
-            c.execute(q)
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    """WAL lets readers (CLI, a second process) proceed while the service writes; NORMAL sync is
-    durable across a process crash (kill -9), which is the failure the service must survive."""
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=30000")
-    cur.close()

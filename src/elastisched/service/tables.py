@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Column, Float, Integer, MetaData, String, Table
+from sqlalchemy import JSON, Boolean, Column, Float, Index, Integer, MetaData, String, Table
 
 from elastisched.core.types import JobPhase
 
@@ -64,6 +64,8 @@ events = Table(
     Column("job_id", String(32), index=True),
     Column("kind", String(32), nullable=False),
     Column("data", JSON, nullable=False),
+    # `/v1/scheduler` counts the decisions and finds the last one: from the index, not a scan of every event
+    Index("ix_events_kind_time", "kind", "time"),
 )
 
 loans = Table(
@@ -98,6 +100,17 @@ loan_offers = Table(
     Column("state", String(16), nullable=False, index=True),  # PENDING | DONE
     Column("created_at", Float, nullable=False),
     Column("done_at", Float),
+)
+
+# Submissions made with an `Idempotency-Key` (service/intake.py): a retry with the same key and body gets the
+# job the first one created, across restarts; `digest` is sha256 of the request as validated.
+idempotency_keys = Table(
+    "idempotency_keys", meta,
+    Column("owner", String(64), primary_key=True),  # "" for a job without an owner
+    Column("key", String(255), primary_key=True),
+    Column("digest", String(64), nullable=False),
+    Column("job_id", String(32), nullable=False),
+    Column("created_at", Float, nullable=False),
 )
 
 kv = Table(

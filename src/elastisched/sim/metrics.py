@@ -300,6 +300,7 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
         "decision_ms_p50": _pct(lat, 50), "decision_ms_p99": _pct(lat, 99),
         "decision_ms_max": float(lat.max()) if len(lat) else 0.0,
         "wall_seconds": wall, "seed": sim.cfg.seed, "version": __version__,
+        "length_estimate": str(sim.cfg.length_estimate),
         "cluster": {"nodes": len(sim.train_nodes), "gpus": train.total_gpus, "types": sorted(train.capacity)},
         "policy_config": {"interval": sim.policy.interval, **sim.ctx.options},
         # JCT decomposition, mean seconds per finished job (module docstring) and GPU-hours by use

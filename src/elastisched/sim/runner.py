@@ -14,6 +14,7 @@ from elastisched.core.types import NodeView
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import make_policy
 from elastisched.sim import SimConfig, SimResult, simulate
+from elastisched.sim.length_estimate import LengthEstimate
 from elastisched.workloads import Workload, load_workload
 from elastisched.workloads.schema import RESTART_COST
 
@@ -102,14 +103,17 @@ def setup(workload: str, cluster: str = DEFAULT_CLUSTER, profiles: str | None = 
 
 def run_policies(s: RunSetup, policies: Sequence[str], seed: int = 0,
                  progress: Callable[[str], Callable[[float, int, int], None] | None] | None = None,
-                 options: dict[str, Any] | None = None) -> dict[str, SimResult]:
+                 options: dict[str, Any] | None = None, length_estimate: LengthEstimate | None = None
+                 ) -> dict[str, SimResult]:
     """Each policy on the same set-up; `options` become `PolicyContext.options` (data the caller loaded for a
-    policy, e.g. `{"ones_history": history_table(path)}`: policies do no I/O)."""
+    policy, e.g. `{"ones_history": history_table(path)}`: policies do no I/O); `length_estimate`: what jobs
+    declare about their length (`sim.length_estimate`; exact by default)."""
     out: dict[str, SimResult] = {}
     for name in policies:
         policy = make_policy(name)
         cb = progress(name) if progress else None
-        out[name] = simulate(s.workload, policy, s.nodes, s.models, SimConfig(seed=seed, progress=cb,
-                                                                                  options=dict(options or {})))
+        cfg = SimConfig(seed=seed, progress=cb, options=dict(options or {}),
+                        length_estimate=length_estimate or LengthEstimate())
+        out[name] = simulate(s.workload, policy, s.nodes, s.models, cfg)
         out[name].summary["cluster_spec"] = s.cluster_spec
     return out

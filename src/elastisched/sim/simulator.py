@@ -41,6 +41,7 @@ from elastisched.engine.overrides import admin_resize, pin
 from elastisched.loaning.timeline import LoanPlan
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
+from elastisched.sim.length_estimate import LengthEstimate
 from elastisched.sim.metrics import SimResult, collect
 from elastisched.sim.table import WorkLog
 from elastisched.sim.usage import ClusterUsage
@@ -67,6 +68,8 @@ class SimConfig:
     failures: tuple[tuple[float, JobId], ...] = ()  # (time, job): the job fails (ends, not finished)
     admin_resizes: tuple[tuple[float, JobId, int], ...] = ()  # (time, job, GPUs): an admin resize (API)
     on_round: Callable[[ClusterSnapshot, RoundResult], None] | None = None  # observer (drift test, debugging)
+    # what each job declares about its length, as the policies see it (`JobView.declared_work`); the truth ends it
+    length_estimate: LengthEstimate = field(default_factory=LengthEstimate)
 
 
 class Simulator:
@@ -129,6 +132,8 @@ class Simulator:
 
     def _arrive(self, spec: Any) -> None:
         job = new_state(spec, self.models.app(spec.application), now := self.now)
+        if not self.cfg.length_estimate.is_exact:
+            job.declared = self.cfg.length_estimate.declared(job.total, spec.job_id, self.cfg.seed)
         self.jobs[spec.job_id] = job
         v = self.views[spec.job_id] = job.make_view(now)  # insertion order = submission order
         self.pending_views[spec.job_id] = v

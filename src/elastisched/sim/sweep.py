@@ -20,6 +20,7 @@ from multiprocessing import get_context
 from typing import Any
 
 from elastisched.core.errors import ConfigError
+from elastisched.sim.length_estimate import LengthEstimate
 
 #: metrics aggregated per (policy, workload, cluster): name → header with unit
 METRICS: dict[str, str] = {
@@ -39,6 +40,7 @@ class Cell:
     seed: int
     profiles: str | None = None
     restart_cost: float | None = None
+    length_estimate: str = "exact"  # `sim.length_estimate` text: what jobs declare about their length
 
 
 @dataclass(slots=True)
@@ -79,13 +81,14 @@ def parse_seeds(text: str) -> list[int]:
 
 def make_cells(workloads: Sequence[str], policies: Sequence[str], seeds: Sequence[int],
                clusters: Sequence[str], profiles: str | None = None,
-               restart_cost: float | None = None) -> list[Cell]:
+               restart_cost: float | None = None, length_estimate: str = "exact") -> list[Cell]:
     """The cross product, in a stable order (workload, cluster, policy, seed)."""
+    LengthEstimate.parse(length_estimate)  # a bad value fails here, not in every cell
     for field, items in (("--workload", workloads), ("--policies", policies), ("--seeds", seeds),
                          ("--cluster", clusters)):
         if not items:
             raise ConfigError(field, "", "is empty")
-    return [Cell(w, c, p, s, profiles, restart_cost)
+    return [Cell(w, c, p, s, profiles, restart_cost, length_estimate)
             for w in workloads for c in clusters for p in policies for s in seeds]
 
 
@@ -102,7 +105,8 @@ def run_cell(cell: Cell) -> CellResult:
         from elastisched.sim.runner import run_policies
 
         s = _setup(cell.workload, cell.cluster, cell.profiles, cell.restart_cost)
-        res = run_policies(s, [cell.policy], cell.seed)[cell.policy]
+        estimate = LengthEstimate.parse(cell.length_estimate)
+        res = run_policies(s, [cell.policy], cell.seed, length_estimate=estimate)[cell.policy]
         sm = {k: v for k, v in res.summary.items() if isinstance(v, int | float | str) and not isinstance(v, bool)}
         sm["gpu_hours"] = float(res.jobs["gpu_seconds"].sum()) / 3600.0 if len(res.jobs) else 0.0
         return CellResult(cell, sm)

@@ -88,7 +88,7 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
     try:
         if "\0" in spec or not spec.strip():
             raise ValueError("not a usable path")
-        exists, is_dir = path.exists(), path.is_dir()
+        exists, is_dir, regular = path.exists(), path.is_dir(), path.is_file()
     except OSError as e:
         raise ConfigError("--workload", spec, f"bad path: {e.strerror or type(e).__name__}") from None
     except ValueError as e:
@@ -97,6 +97,8 @@ def load_workload(spec: str, models: PerfModels) -> Workload:
         raise ConfigError("--workload", spec, "no such file (or use pollux:workload-N, philly, synthetic:...)")
     if is_dir:
         raise ConfigError("--workload", spec, "is a directory; expected a trace file")
+    if not regular:  # a FIFO, socket or device: reading it could block for ever
+        raise ConfigError("--workload", spec, "is not a regular file (a FIFO, socket or device); expected a trace file")
     if path.suffix in (".trace", ".tsv"):
         from elastisched.workloads.gavel import load_gavel_tsv
 

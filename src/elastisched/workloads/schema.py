@@ -17,7 +17,9 @@ import csv
 import gzip
 import hashlib
 import io
+import os
 import re
+import stat
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -168,22 +170,36 @@ class Workload:
 
 
 def file_digest(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(_read_regular(Path(path))).hexdigest()[:16]
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a regular file of at most `MAX_FILE_BYTES`, opened without blocking (a FIFO, socket or
+    device is refused, never waited on); errors name the file."""
+    p = str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise WorkloadError(p, 0, "file", p, f"cannot read: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise WorkloadError(p, 0, "file", p, "is a directory, not a trace file")
+        if not stat.S_ISREG(st.st_mode):
+            raise WorkloadError(p, 0, "file", p, "is not a regular file (a FIFO, socket or device)")
+        if st.st_size > MAX_FILE_BYTES:
+            raise WorkloadError(p, 0, "file", st.st_size, f"larger than {MAX_FILE_BYTES} bytes")
+        try:
+            return f.read()  # its size was checked: read(MAX + 1) would allocate MAX bytes up front
+        except OSError as e:
+            raise WorkloadError(p, 0, "file", p, f"cannot read: {e.strerror or e}") from None
 
 
 def read_bytes(path: str | Path) -> bytes:
     """The file's bytes, gunzipped when it ends in `.gz`, bounded by `MAX_FILE_BYTES`; errors name the file."""
     path = Path(path)
     p = str(path)
-    try:
-        if path.is_dir():
-            raise WorkloadError(p, 0, "file", p, "is a directory, not a trace file")
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise WorkloadError(p, 0, "file", size, f"larger than {MAX_FILE_BYTES} bytes")
-        raw = path.read_bytes()
-    except OSError as e:
-        raise WorkloadError(p, 0, "file", p, f"cannot read: {e.strerror or e}") from None
+    raw = _read_regular(path)
     if path.suffix != ".gz":
         return raw
     try:

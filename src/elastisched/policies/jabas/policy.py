@@ -54,6 +54,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from elastisched.core.enums import LengthKnowledge
 from elastisched.core.types import (
     Allocation,
     ClusterSnapshot,
@@ -100,6 +101,7 @@ def epoch_fraction(job: JobView, app: Application) -> float:
 @register
 class JabasPolicy(Policy):
     name = "jabas"
+    knows_length = LengthKnowledge.TRUTH  # remaining work = total_work − progress (an oracle)
     needs_perf_models = True
     description = "JABAS: adaptive batch (gradient similarity) + IIDP on heterogeneous GPUs + epoch auto-scaling."
     interval = 60.0

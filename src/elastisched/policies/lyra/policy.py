@@ -3,7 +3,7 @@
 One round:
 
 0. **Reclaim** (lyra.md §2.1): when `snap.reclaim_demand = r > 0`, choose the r loaned servers to return with
-   `elastisched.policies.lyra.reclaim.choose(self.reclaim, ...)` (greedy on server preemption cost by default)
+   `elastisched.policies._reclaim.choose(self.reclaim, ...)` (greedy on server preemption cost by default)
    and answer them in `Decision.reclaim`. Jobs the return preempts lose their GPUs and queue again; elastic
    jobs that only lose extra GPUs keep the rest (scale-in). The round then schedules without those servers.
 1. **Phase 1, SJF** (lyra.md §2.2, §7 rows 5–7): running jobs keep their base (inelastic: all their GPUs;
@@ -85,6 +85,7 @@ from typing import Any
 
 import numpy as np
 
+from elastisched.core.enums import LengthKnowledge
 from elastisched.core.types import (
     Allocation,
     ClusterSnapshot,
@@ -98,10 +99,10 @@ from elastisched.core.types import (
 )
 from elastisched.models.application import Application, packed_shape
 from elastisched.policies._common import can_ever_fit, job_model
+from elastisched.policies._reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.lyra.extras import Admitted, KnapsackRule, extra_gpus, local_room
 from elastisched.policies.lyra.placement import Placement, Want, place
-from elastisched.policies.lyra.reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
 
 INF = math.inf
 DEFAULT_DURATION = 3600.0  # linear fallback model: a job with no duration is taken to run an hour
@@ -115,6 +116,7 @@ Queued = tuple[float, float, str, JobView, list[str], tuple[tuple[NodeId, int], 
 @register
 class LyraPolicy(Policy):
     name = "lyra"
+    knows_length = LengthKnowledge.TRUTH  # remaining work = total_work − progress (an oracle)
     description = ("Lyra: SJF for base demands, multiple-choice knapsack over elastic jobs' extra GPUs, "
                    "loan-aware best-fit placement, minimal-preemption reclaim of loaned servers.")
     interval = 60.0

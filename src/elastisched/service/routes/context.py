@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from elastisched.service.api_models import JOB_ID
 from elastisched.service.auth import TOKEN_RE, Authenticator, Principal
 from elastisched.service.daemon import Service
+from elastisched.service.job_listing import Listing
 from elastisched.service.logstream import Follows
 from elastisched.service.store import TERMINAL, AmbiguousId, Store
 
@@ -32,6 +33,9 @@ class ApiContext:
     scripts_dir: Path  # resolved: a job's script must lie inside it
     follows: Follows
     authn: Authenticator
+    listing: Listing  # `GET /v1/jobs`, with ended jobs' JSON kept
+    max_queued: int = 1000  # queued (pending or suspended) jobs a user who is not an admin may have
+    isolation: str = "none"  # users: jobs run as each user's account; none: as the service
 
 
 async def api_context(request: Request) -> ApiContext:
@@ -119,6 +123,7 @@ def job_json(row: dict[str, Any]) -> dict[str, Any]:
         "restarts": row["restarts"], "retries": row["retries"], "submit_time": row["submit_time"],
         "start_time": row["start_time"], "end_time": row["end_time"], "script": row["script"],
         "args": row["args"], "message": row["message"], "held": bool(row.get("held")), "owner": row.get("owner"),
+        "env": spec.get("env") or {},
     }
 
 

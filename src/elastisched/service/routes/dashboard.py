@@ -34,8 +34,9 @@ def scheduler(ctx: Ctx) -> dict[str, Any]:
     return {"policy": service.policy_name, "ok": service.last_error is None, "tick_s": service.tick_s,
             "interval_s": getattr(service.policy, "interval", None),
             "rounds": service.rounds, "round_latency_s": service.round_latency_s,
-            "last_round_ago_s": time.monotonic() - ran if ran else None,
-            "decisions": int(n), "last_decision_at": last, "now": time.time()}
+            "last_round_ago_s": service.clock.now() - ran if ran > -float("inf") else None,
+            "decisions": int(n), "last_decision_at": last, "now": time.time(),
+            "round_seconds": service.round_times.summary()}
 
 
 @router.get("/v1/utilisation")

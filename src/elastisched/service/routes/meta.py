@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse
 
 from elastisched.service.daemon import Service
-from elastisched.service.routes.context import GUARD, Ctx, User, used_gpus
+from elastisched.service.routes.context import ADMIN, GUARD, Ctx, User, used_gpus
 from elastisched.service.store import ACTIVE, TERMINAL
 
 DASHBOARD = (resources.files("elastisched.service") / "dashboard.html").read_text(encoding="utf-8")
@@ -35,7 +35,8 @@ def healthz(ctx: Ctx) -> dict[str, Any]:
 def status_(who: User, ctx: Ctx) -> dict[str, Any]:
     service = ctx.service
     out: dict[str, Any] = {"ok": service.last_error is None, "policy": service.policy_name,
-                           "rounds": service.rounds, "user": who.user, "admin": who.admin}
+                           "rounds": service.rounds, "user": who.user, "admin": who.admin,
+                           "isolation": ctx.isolation}
     if who.admin:
         out["last_error"] = service.last_error
     return out
@@ -47,9 +48,10 @@ def openapi(request: Request) -> dict[str, Any]:
     return schema
 
 
-@router.get("/metrics", dependencies=GUARD, response_class=PlainTextResponse)
+@router.get("/metrics", dependencies=ADMIN, response_class=PlainTextResponse)
 def metrics(ctx: Ctx) -> str:
-    """Prometheus text format: jobs per state, GPUs used and available per pool, loans, engine rounds."""
+    """Prometheus text format: jobs per state, GPUs used and available per pool, loans, engine rounds. An
+    operator's endpoint (admins only): its job counts are every user's (docs/security.md, "What a user sees")."""
     return prometheus(ctx.service) + ("# HELP elastisched_log_follows Log follows open now.\n# TYPE "
                                       f"elastisched_log_follows gauge\nelastisched_log_follows {ctx.follows.count}\n")
 
@@ -77,6 +79,7 @@ def prometheus(service: Service) -> str:
               "# HELP elastisched_round_latency_seconds Policy and engine time of the last round.",
               "# TYPE elastisched_round_latency_seconds gauge",
               f"elastisched_round_latency_seconds {service.round_latency_s:.6f}",
+              *service.round_times.prometheus(),
               "# HELP elastisched_engine_healthy 1 if the last engine step raised no error.",
               "# TYPE elastisched_engine_healthy gauge",
               f"elastisched_engine_healthy {int(service.last_error is None)}"]

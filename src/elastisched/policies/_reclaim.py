@@ -1,5 +1,7 @@
 """Which loaned servers to give back when the inference side reclaims r of them (lyra.md §2.1, §7 row 3).
 
+Shared by the lyra and elastisched wings (a wing imports no other wing: what two share lives here).
+
 A job *is preempted* by returning the set R when the GPUs it loses on R leave it below what it can run on:
 an inelastic job may lose nothing; an elastic job may keep running down to `min_gpus` (it *scales in*, which
 is not a preemption — lyra.md §2.1 "elastic jobs that only lose extra workers should cost 0").
@@ -27,14 +29,14 @@ Readings: only GPUs on loaned servers count (training servers are never reclaime
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
 
 from elastisched.core.errors import ConfigError
-from elastisched.core.types import ClusterSnapshot, NodeId, Pool
+from elastisched.core.types import ClusterSnapshot, JobView, NodeId, Pool
 
 METHODS = ("greedy", "greedy-swap", "deepboot", "random", "milp")
 
@@ -61,8 +63,15 @@ class ReclaimChoice:
     scaled_in: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # job -> GPUs lost
 
 
-def holdings_from_snapshot(snap: ClusterSnapshot) -> tuple[tuple[NodeId, ...], tuple[Holding, ...]]:
-    """Loaned servers (in node order) and the running jobs' holdings on them."""
+def lyra_keep(job: JobView, total: int) -> int:
+    """Lyra's reading of the fewest GPUs a running job can keep: `min_gpus` when elastic, all of them otherwise."""
+    return min(job.spec.min_gpus, total) if job.spec.elastic else total
+
+
+def holdings_from_snapshot(snap: ClusterSnapshot, keep: Callable[[JobView, int], int] = lyra_keep
+                           ) -> tuple[tuple[NodeId, ...], tuple[Holding, ...]]:
+    """Loaned servers (in node order) and the running jobs' holdings on them; `keep(job, GPUs held)` = the
+    fewest GPUs the job can run on (a policy's own reading of who scales)."""
     loaned = tuple(n.node_id for n in snap.nodes if n.pool is Pool.LOANABLE)
     lset = set(loaned)
     out: list[Holding] = []
@@ -70,9 +79,7 @@ def holdings_from_snapshot(snap: ClusterSnapshot) -> tuple[tuple[NodeId, ...], t
         a = job.allocation
         on = {n: g for n, g in a.placement if n in lset}
         if on:
-            total = a.gpus
-            keep = min(job.spec.min_gpus, total) if job.spec.elastic else total
-            out.append(Holding(jid, MappingProxyType(on), total, keep))
+            out.append(Holding(jid, MappingProxyType(on), a.gpus, keep(job, a.gpus)))
     return loaned, tuple(out)
 
 
