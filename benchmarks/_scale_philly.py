@@ -22,8 +22,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_POLICIES = "lyra_scaled,pollux,sia,elastisched"
-#: per-round budgets the scale runs use (docs/scale.md says why): without them a run takes hours
-DEFAULT_OPTIONS = ("pollux:budget_s=0.003",)
+#: what the runs use (docs/scale.md says why): Pollux searching every minute for 106 days takes hours
+DEFAULT_OPTIONS = ("pollux:budget_s=0.005", "pollux:quiet_s=300")
 BAR_S = 600.0  # issue 22: each run ≤ 10 minutes of CPU
 
 
