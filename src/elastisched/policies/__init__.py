@@ -17,6 +17,7 @@ from elastisched.policies.base import Policy, PolicyContext, make_policy, regist
 
 #: policy name -> module under `elastisched.policies` that registers it
 BUILTIN: dict[str, str] = {
+    "elastisched": "elastisched.policy",
     "fifo": "fifo",
     "gavel": "gavel",
     "jabas": "jabas.policy",
@@ -32,9 +33,9 @@ BUILTIN: dict[str, str] = {
     "tiresias": "tiresias",
 }
 
-__all__ = ["BUILTIN", "Policy", "PolicyContext", "fifo", "gavel", "jabas", "jabas_scaled", "lyra", "lyra_scaled",
-           "make_policy", "ones", "optimus", "optimus_online", "pollux", "register", "registered", "sia", "srtf",
-           "tiresias"]
+__all__ = ["BUILTIN", "Policy", "PolicyContext", "elastisched", "fifo", "gavel", "jabas", "jabas_scaled", "lyra",
+           "lyra_scaled", "make_policy", "ones", "optimus", "optimus_online", "pollux", "register", "registered", "sia",
+           "srtf", "tiresias"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -2,7 +2,10 @@
 
 Rows whose application starts with `infer-` (DeepBoot) are inference tasks, kept apart in
 `Workload.inference`; everything else is a training job that requests `num_replicas` GPUs and the global
-batch `batch_size`. Field ranges: `schema.FIELDS`. DeepBoot writes `-1` for `duration` / `num_task` on
+batch `batch_size`. Field ranges: `schema.FIELDS`. A row without a `category` is read as "adaptive": these are
+AdaptDL jobs, whose GPU count and batch the scheduler may change — the Pollux artifact scales every one, and Sia's
+artifact marks the exceptions "rigid" (our reading; `min_gpus = max_gpus = num_replicas` stays the request, and a
+policy that honours only `elastic` sees no change). DeepBoot writes `-1` for `duration` / `num_task` on
 training rows (they apply to inference tasks only): read as absent there (our reading of its CSVs).
 """
 
@@ -41,6 +44,7 @@ def _unset_or(f: Field) -> Callable[[str], float | int | None]:
     return conv
 
 CATEGORIES = ("adaptive", "rigid", "scale-gpus")
+ADAPTIVE = "adaptive"  # a row without a category: an AdaptDL job (module docstring)
 
 
 def load_pollux_csv(path: str | Path, known_apps: Collection[str] | None = None,
@@ -64,8 +68,8 @@ def load_pollux_csv(path: str | Path, known_apps: Collection[str] | None = None,
             continue
         if known_apps is not None and app not in known_apps:
             raise r.fail("application", f"unknown application; known: {', '.join(sorted(known_apps))}")
-        cat = r.get("category", str, None)
-        if cat is not None and cat not in CATEGORIES:
+        cat = r.get("category", str, ADAPTIVE)
+        if cat not in CATEGORIES:
             raise r.fail("category", f"must be one of {CATEGORIES}")
         dur = r.get("duration", _unset_or(DURATION), None)
         r.get("num_task", _unset_or(NUM_TASK), None)  # not used by a training job, but still a valid value
