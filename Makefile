@@ -30,8 +30,8 @@ venv: $(DEV_STAMP)
 
 ## make run: policy comparison on a bundled real workload (Pollux workload-6, 16x4 T4) -> $(OUT)/report.html
 run: $(RUN_STAMP)
-	@echo "==> simulating fifo, srtf, tiresias and optimus on Pollux workload-6 (160 jobs, 16 nodes x 4 T4)"
-	$(BIN)/elastisched sim compare --workload pollux:workload-6 --policies fifo,srtf,tiresias,optimus --cluster 16x4:t4 --out $(OUT)
+	@echo "==> simulating fifo, srtf, tiresias, optimus and elastisched on Pollux workload-6 (160 jobs, 16 nodes x 4 T4)"
+	$(BIN)/elastisched sim compare --workload pollux:workload-6 --policies fifo,srtf,tiresias,optimus,elastisched --cluster 16x4:t4 --out $(OUT)
 	@echo ""
 	@echo "Report: $(OUT)/report.html  (tables and plots; per-policy folders hold summary.json, jobs.csv, timeline.csv)"
 	@echo "Use the CLI:  source $(VENV)/bin/activate && elastisched --help"

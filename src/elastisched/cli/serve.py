@@ -13,7 +13,7 @@ import typer
 def serve(
     db: str = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///<workdir>/elastisched.db)"),
     cluster: str = typer.Option("2x4:cpu", "--cluster", help="nodes, e.g. 2x4:cpu or 6x4:t4,2x8:a100 (no type: cpu)"),
-    policy: str = typer.Option("fifo", "--policy", help="any registered policy (elastisched policies)"),
+    policy: str = typer.Option("elastisched", "--policy", help="any registered policy (elastisched policies)"),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8470, "--port"),
     workdir: Path = typer.Option(Path(".elastisched"), "--workdir", help="logs, checkpoints, token"),

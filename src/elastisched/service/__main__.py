@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("--token-file", default=None, help="file holding the admin token (else $ELASTISCHED_TOKEN, "
                     "else <workdir>/token)")
     ap.add_argument("--cluster", default="2x4:cpu")
-    ap.add_argument("--policy", default="fifo")
+    ap.add_argument("--policy", default="elastisched")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8470)
     ap.add_argument("--workdir", default=".elastisched")

@@ -93,8 +93,11 @@ def _next_step(row: np.ndarray, k: int, room: int) -> tuple[float, int]:
     hi = min(len(row) - 1, k + room)
     if hi <= k:
         return NEG, k
-    gain = row[k + 1: hi + 1] - row[k]
+    if row[k] == NEG:  # a count it may not hold (a job that must run, at 0): its smallest allowed one first
+        allowed = np.flatnonzero(np.isfinite(row[k + 1: hi + 1]))
+        return (math.inf, k + 1 + int(allowed[0])) if len(allowed) else (NEG, k)
     with np.errstate(invalid="ignore"):
+        gain = row[k + 1: hi + 1] - row[k]
         ratio = gain / np.arange(1, hi - k + 1)
     if not np.isfinite(ratio).any():
         return NEG, k
@@ -136,11 +139,15 @@ def greedy(values: np.ndarray, capacity: int, start: np.ndarray, jobs: Sequence[
 
 
 def _trim(p: Problem, choice: np.ndarray, gpus: np.ndarray) -> None:
-    """Should prices stop short of a type's capacity, drop its least valuable GPUs until it fits (in place)."""
+    """Should a rounding leave a type over its capacity, take back its least valuable GPUs until it fits (in place),
+    never below a count a job may hold (a job that must run keeps its smallest allowed count)."""
     for t, v in enumerate(p.values):
         on = np.flatnonzero(choice == t)
         while int(gpus[on].sum()) > p.capacity[t]:
-            j = min(on[gpus[on] > 0], key=lambda x: v[x, gpus[x]] - v[x, gpus[x] - 1])
+            able = [x for x in on if gpus[x] > 0 and np.isfinite(v[x, gpus[x] - 1])]
+            if not able:
+                break
+            j = min(able, key=lambda x: v[x, gpus[x]] - v[x, gpus[x] - 1])
             gpus[j] -= 1
             if gpus[j] == 0:
                 choice[j] = -1
@@ -216,7 +223,7 @@ def lp_rounded(p: Problem) -> Assignment:
     options its LP solution uses on its heaviest type, the one with fewest GPUs (none if it is less than half
     allocated and may wait); `global_greedy` then hands out what is left. A basic solution has at most one
     fractional job per type, so the rounding loses little (tests/policies/test_elastisched_assign.py)."""
-    from scipy.optimize import LinearConstraint, milp
+    from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
     jj, tt, kk, vv = _options(p)
@@ -224,13 +231,18 @@ def lp_rounded(p: Problem) -> Assignment:
     if n == 0:
         return Assignment(np.full(p.jobs, -1), np.zeros(p.jobs, dtype=np.int64))
     idx = np.arange(n)
-    a = coo_matrix((np.concatenate([np.ones(n), kk.astype(float)]),
-                    (np.concatenate([jj, p.jobs + tt]), np.concatenate([idx, idx]))),
-                   shape=(p.jobs + len(p.types), n)).tocsr()
     must = ~np.isfinite(p.values[0][:, 0])
-    lb = np.concatenate([must.astype(float), np.zeros(len(p.types))])
-    ub = np.concatenate([np.ones(p.jobs), np.asarray(p.capacity, dtype=float)])
-    res = milp(-vv, constraints=LinearConstraint(a, lb, ub), integrality=np.zeros(n), bounds=(0, 1))
+    row = np.where(must, -1, np.cumsum(~must) - 1)  # a job's "≤ 1" row, or −1 when it must run ("= 1")
+    free = row[jj] >= 0
+    a_ub = coo_matrix((np.concatenate([np.ones(int(free.sum())), kk.astype(float)]),
+                       (np.concatenate([row[jj][free], int((~must).sum()) + tt]), np.concatenate([idx[free], idx]))),
+                      shape=(int((~must).sum()) + len(p.types), n)).tocsr()
+    b_ub = np.concatenate([np.ones(int((~must).sum())), np.asarray(p.capacity, dtype=float)])
+    eq_row = np.cumsum(must) - 1
+    a_eq = coo_matrix((np.ones(int((~free).sum())), (eq_row[jj][~free], idx[~free])), shape=(int(must.sum()), n))
+    res = linprog(-vv, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq.tocsr() if must.any() else None,
+                  b_eq=np.ones(int(must.sum())) if must.any() else None, bounds=(0, 1),
+                  method="highs-ipm" if n > LP_COLUMNS else "highs")
     if res.status != 0 or res.x is None:
         return global_greedy(p, *_forced_start(p))
     weight = np.zeros((p.jobs, len(p.types)))

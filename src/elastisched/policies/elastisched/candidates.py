@@ -18,6 +18,7 @@ Readings (ours, written down as the design asks):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,7 @@ class Candidate:
     disturbed: bool = False  # lost GPUs to a reclaim this round: it restarts whatever is decided
     restart_left: float = 0.0  # seconds of a restart in progress
     restart_cost: float = 30.0
+    moved_at: float | None = None  # when it last got other GPUs (a batch change in place does not count)
     key: float = math.inf  # SRPT key: seconds left at its reference size on its best type
 
     @property
@@ -86,9 +88,10 @@ class CandidateBuilder:
         self.belief = belief
 
     def build(self, snap: ClusterSnapshot, ctx: PolicyContext, surviving: dict[str, tuple[tuple[NodeId, int], ...]],
-              cluster: dict[str, int], per_node: dict[str, int]) -> list[Candidate]:
+              cluster: dict[str, int], per_node: dict[str, int], moved: Mapping[str, float]) -> list[Candidate]:
         """Every active job's candidate. `surviving`: the placement each running job keeps after a reclaim
-        (absent = unchanged); `cluster`: GPUs per type the round may use; `per_node`: largest server per type."""
+        (absent = unchanged); `cluster`: GPUs per type the round may use; `per_node`: largest server per type;
+        `moved`: when the policy last gave a job other GPUs (else its view's last resize or start)."""
         node_type = snap.node_set.gpu_type
         views = list(snap.jobs.values())
         residual = self.belief.residual(np.array([v.attained(snap.now) for v in views]))
@@ -104,9 +107,11 @@ class CandidateBuilder:
             if keep:
                 c.cur_type = node_type[keep[0][0]]
                 c.cur_gpus = sum(g for _, g in keep)
+                since = moved.get(c.job_id)
+                c.moved_at = since if since is not None else (
+                    v.last_resize_time if v.last_resize_time is not None else v.start_time)
                 if v.phase is JobPhase.RESTARTING and not c.disturbed:
-                    since = v.last_resize_time if v.last_resize_time is not None else (v.start_time or snap.now)
-                    c.restart_left = max(0.0, since + c.restart_cost - snap.now)
+                    c.restart_left = max(0.0, (c.moved_at or snap.now) + c.restart_cost - snap.now)
             for t in usable_types(v, app, cluster, per_node):
                 self._times(c, t, per_node[t], res, snap.now)
             if c.times:

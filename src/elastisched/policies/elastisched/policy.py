@@ -68,27 +68,30 @@ class ElastischedPolicy(Policy):
         self.loans = LoanWatch(loan_horizon)
         self.belief = LengthBelief()
         self.builder = CandidateBuilder(RateTables(), self.belief)
-        self._attained: dict[str, float] = {}  # active jobs' attained GPU-seconds, last seen (for on_finish)
+        # running jobs' (attained GPU-seconds, when, GPUs given) as of the last round: their length at on_finish
+        self._attained: dict[str, tuple[float, float, int]] = {}
+        self._moved: dict[str, float] = {}  # when this policy last gave a running job other GPUs
 
     # ------------------------------------------------------------------ hooks
     def on_finish(self, job_id: str, now: float) -> None:
+        self._moved.pop(job_id, None)
         seen = self._attained.pop(job_id, None)
         if seen is not None:
-            self.belief.observe(seen)
+            attained, at, gpus = seen
+            self.belief.observe(attained + max(now - at, 0.0) * gpus)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"belief": self.belief.state_dict(), "attained": dict(self._attained),
+        return {"belief": self.belief.state_dict(), "attained": dict(self._attained), "moved": dict(self._moved),
                 "loans": self.loans.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.belief.load_state_dict(state.get("belief", {}))
         self.loans.load_state_dict(state.get("loans", {}))
-        self._attained = {str(k): float(v) for k, v in state.get("attained", {}).items()}
+        self._moved = {str(k): float(v) for k, v in state.get("moved", {}).items()}
+        self._attained = {str(k): (float(v[0]), float(v[1]), int(v[2])) for k, v in state.get("attained", {}).items()}
 
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
-        for jid, v in snap.running_jobs().items():
-            self._attained[jid] = v.attained(snap.now)
         lent = self.loans.observe(snap)
         choice = self.loans.reclaim(snap, ctx.rng) if snap.reclaim_demand > 0 else None
         gone = frozenset(choice.servers) if choice else frozenset()
@@ -96,7 +99,7 @@ class ElastischedPolicy(Policy):
         cluster, per_node = _capacity(snap.nodes, gone)
         for t, idle in _idle_on(snap, risky).items():
             cluster[t] -= idle
-        cands = self.builder.build(snap, ctx, _survivors(snap, gone), cluster, per_node)
+        cands = self.builder.build(snap, ctx, _survivors(snap, gone), cluster, per_node, self._moved)
         reasons: dict[str, PendingReason] = {c.job_id: PendingReason.INFEASIBLE for c in cands
                                               if not c.times or not _fits_ever(c, cluster)}
         usable = [c for c in cands if c.job_id not in reasons]
@@ -104,6 +107,11 @@ class ElastischedPolicy(Policy):
         problem = build_problem(usable, cluster, keep, self.rule, snap.now)
         answer = solve(problem)
         allocs = self._allocations(snap, usable, problem, answer, gone, risky, reasons)
+        for jid, a in allocs.items():  # what each running job has had so far, for its length at on_finish
+            held = snap.jobs[jid].allocation
+            self._attained[jid] = (snap.jobs[jid].attained(snap.now), snap.now, a.gpus)
+            if a is not held and not a.same_gpus(held):
+                self._moved[jid] = snap.now
         return Decision(allocs, reasons, choice.servers if choice else ())
 
     def _allocations(self, snap: ClusterSnapshot, cands: list[Candidate], problem: Problem, answer: Assignment,

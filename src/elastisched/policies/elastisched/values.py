@@ -49,10 +49,8 @@ class ValueRule:
 
 
 def young(c: Candidate, now: float, seconds: float) -> bool:
-    """Whether a running job (re)started less than `seconds` ago."""
-    v = c.view
-    since = v.last_resize_time if v.last_resize_time is not None else v.start_time
-    return since is not None and now - since < seconds
+    """Whether a running job got its GPUs less than `seconds` ago."""
+    return c.moved_at is not None and now - c.moved_at < seconds
 
 
 def protected(cands: Sequence[Candidate], now: float, preempt: float, min_run: float) -> list[bool]:
