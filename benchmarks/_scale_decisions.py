@@ -9,7 +9,8 @@ Each point is one policy on one cluster size, measured in a fresh process (so pe
   dense enough to keep J = round(`--jobs-at-8192` × G / 8,192) jobs active: J jobs drawn as the jobs active
   at an instant are (length-biased, each with a uniform share of its work left) arrive in the first minute,
   then Poisson arrivals at J / (mean duration) per second, so arrivals and completions keep coming.
-- **Measure**: the simulator runs `--rounds` minutes of simulated time; every call of the policy's `schedule`
+- **Measure** (in `--repeats` fresh processes, the one with the lowest CPU p99 kept): the simulator runs
+  `--rounds` minutes of simulated time; every call of the policy's `schedule`
   is timed with `time.thread_time` (CPU of this thread: the bar's judge, since wall time on a shared machine
   includes other processes' turns) and `time.perf_counter` (wall). The first minute (the arrival burst) is
   measured too. `budget_s` records the policy's per-round time budget when it has one (None: unbounded).
@@ -168,6 +169,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "NAME:budget_s=null runs a policy without its budget")
     g.add_argument("--profiles", default=str(DEFAULT_PROFILES), help="Sia per-type traces (default: %(default)s)")
     g.add_argument("--seed", type=int, default=0, help="workload and policy seed (default: %(default)s)")
+    g.add_argument("--repeats", type=int, default=3,
+                   help="fresh processes per point, the fastest kept (default: %(default)s)")
     g.add_argument("--point-timeout", type=float, default=3600.0,
                    help="wall seconds one point may take before it is recorded as unfinished (default: %(default)s)")
 
@@ -179,6 +182,17 @@ def _known(name: str) -> bool:
         return is_registered(name)
     except Exception:  # a policy package that fails to import counts as not there yet
         return False
+
+
+def _fastest(policy: str, options: dict[str, Any], gpus: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The point measured in `args.repeats` fresh processes; the one with the lowest CPU p99 is kept (issue 22:
+    fastest of 3), with every run's CPU p99 beside it. The runs are the same simulation (same seed)."""
+    runs = [_run_child(policy, options, gpus, args) for _ in range(max(1, args.repeats))]
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[0]
+    best = min(good, key=lambda r: r["cpu_p99_s"])
+    return {**best, "repeats": len(runs), "cpu_p99_runs_s": [r["cpu_p99_s"] for r in good]}
 
 
 def _run_child(policy: str, options: dict[str, Any], gpus: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -213,13 +227,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  {name}: not registered here, skipped", flush=True)
             continue
         for g in sizes:
-            row = _run_child(name, opts.get(name, {}), g, args)
+            row = _fastest(name, opts.get(name, {}), g, args)
             points.append(row)
             print("  " + _line(row), flush=True)
     top = max(sizes)
     at_top = [p for p in points if p["gpus"] == top and "error" not in p]
     return {"points": points, "skipped": skipped, "bar_s": BAR_S, "rounds_minutes": args.rounds,
-            "jobs_at_8192": args.jobs_at_8192, "seed": args.seed, "clock": "thread_time (cpu_*), perf_counter",
+            "jobs_at_8192": args.jobs_at_8192, "seed": args.seed, "repeats": args.repeats,
+            "clock": "thread_time (cpu_*), perf_counter",
             "meets_bar_at_top": {p["policy"]: p["cpu_p99_s"] <= BAR_S for p in at_top}}
 
 

@@ -1,4 +1,4 @@
-"""`benchmarks/_scale_decisions.py` and `benchmarks/_scale_philly.py` (issue 22): one real, small point each,
+"""`benchmarks/_scale_decisions.py`, `_scale_philly.py` and `_scale_budgets.py` (issue 22): one real, small point each,
 the schemas `benchmarks/scale.py` writes, the cluster and workload the decision benchmark builds."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_options_parse_and_unknown_policies_are_skipped() -> None:
     with pytest.raises(SystemExit):
         d._parse_options(["pollux-budget"])
     args = argparse.Namespace(sizes="100", quick=False, options=[], policies="no-such-policy", jobs_at_8192=1000,
-                              rounds=1, profiles=str(d.DEFAULT_PROFILES), seed=0, point_timeout=60.0)
+                              rounds=1, profiles=str(d.DEFAULT_PROFILES), seed=0, point_timeout=60.0, repeats=3)
     out = d.run(args)
     assert out["points"] == [] and out["skipped"] == ["no-such-policy"]
 
@@ -73,3 +73,18 @@ def test_a_philly_run_reports_cpu_rss_and_jct() -> None:
     assert r["jobs"] == 150 and r["finished"] == 150
     assert r["cpu_s"] > 0 and r["peak_rss_mib"] > 0 and r["avg_jct"] > 0 and r["p95_jct"] >= r["avg_jct"] * 0.5
     assert r["meets_bar"] is (r["cpu_s"] <= ph.BAR_S)
+
+
+def test_a_budget_run_times_its_slowest_round_and_the_comparison_judges_each_workload() -> None:
+    b = _module("_scale_budgets")
+    r = b.run_one("tiresias", {}, "pollux:workload-1", 0)
+    assert r["avg_jct"] > 0 and r["rounds"] > 10 and 0 < r["max_round_cpu_s"] <= r["cpu_s"]
+    runs = [{"workload": w, "options": opts, "seed": s, "avg_jct": jct * (1.0 + 0.01 * s), "max_round_cpu_s": 0.1}
+            for w in b.WORKLOADS for s in b.SEEDS for opts, jct in (({}, 1000.0), ({"budget_s": 0.5}, 1010.0))]
+    runs[-1]["max_round_cpu_s"] = 0.7
+    row = b.compare("pollux", {"budget_s": 0.5}, runs)
+    assert row["mean_jct_without"] == pytest.approx(1010.0) and row["mean_jct_with"] == pytest.approx(1020.1)
+    assert row["worst_rel_diff"] == pytest.approx(0.01) and row["within_bar"] and row["slowest_round_cpu_s"] == 0.7
+    assert row["workloads"][0]["spread_with"] > 0 and row["workloads"][0]["seeds"] == 3
+    runs[0]["avg_jct"] = 2000.0  # one seed of one workload 2x slower without the budget: that workload is off the bar
+    assert not b.compare("pollux", {"budget_s": 0.5}, runs)["within_bar"]
