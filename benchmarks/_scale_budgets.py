@@ -1,12 +1,15 @@
 """What a per-round time budget costs in JCT (`scale.py --sections budgets`; issue 22: within 2 % of without).
 
-The policies that need a budget to decide within a second at 8,192 GPUs (`_scale_decisions.DEFAULT_OPTIONS`)
-run on the eight Pollux workloads (`pollux:workload-1` … `-8`, 1.0× load, `16x4:t4`) with and without it,
-seeds 0–2 each (a policy that draws no random numbers gives the same run three times, which the spread shows).
+Every per-round budget the scale benchmarks run a policy with by default — the decisions section's
+(`_scale_decisions.DEFAULT_OPTIONS`: what a policy needs to decide within a second at 8,192 GPUs) and the full
+Philly section's (`_scale_philly.DEFAULT_OPTIONS`) — is run on the eight Pollux workloads (`pollux:workload-1`
+… `-8`, 1.0× load, `16x4:t4`) with and without it, seeds 0–2 each (a policy that draws no random numbers gives
+the same run three times, which the spread shows); a policy's runs without a budget serve each of its budgets.
 Per run: average JCT, the slowest round's thread CPU (whether the budget could have bound: a round never
-stopped by the budget decides exactly as without it) and the run's CPU. Per policy: the mean over seeds of each
-workload's average JCT with and without, their relative difference, the worst workload and the mean over the
-eight, and `within_bar` (every workload's difference ≤ `BAR`). Runs go to `--budget-workers` processes at once.
+stopped by the budget decides exactly as without it) and the run's CPU. Per (policy, budget): the mean over
+seeds of each workload's average JCT with and without, their relative difference, the worst workload and the
+mean over the eight, and `within_bar` (every workload's difference ≤ `BAR`). Runs go to `--budget-workers`
+processes at once.
 """
 
 from __future__ import annotations
@@ -93,25 +96,41 @@ def compare(policy: str, budget: dict[str, Any], runs: list[dict[str, Any]]) -> 
             "errors": sum("error" in r for r in runs), "within_bar": bool(max(diffs) <= BAR)}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def budgets_to_compare() -> list[tuple[str, dict[str, Any]]]:
+    """(policy, options) for every default budget of the decisions and Philly sections, in that order."""
     sys.path.insert(0, str(HERE))
-    from _scale_decisions import DEFAULT_OPTIONS, _known, _parse_options
+    from _scale_decisions import DEFAULT_OPTIONS as DECISIONS
+    from _scale_decisions import _parse_options
+    from _scale_philly import DEFAULT_OPTIONS as PHILLY
 
-    budgets = _parse_options(list(DEFAULT_OPTIONS))
-    names = [p.strip() for p in (args.budget_policies or ",".join(budgets)).split(",") if p.strip()]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for defaults in (DECISIONS, PHILLY):
+        for name, opts in _parse_options(list(defaults)).items():
+            if (name, opts) not in out:
+                out.append((name, opts))
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from _scale_decisions import _known
+
+    pairs = budgets_to_compare()
+    wanted = [p.strip() for p in (args.budget_policies or ",".join(dict.fromkeys(n for n, _ in pairs))).split(",")]
     workloads, seeds = (WORKLOADS[:1], SEEDS[:1]) if args.quick else (WORKLOADS, SEEDS)
     out: list[dict[str, Any]] = []
-    for name in [n for n in names if _known(n)]:
-        budget = budgets.get(name, {})
-        tasks = [(name, opts, w, s) for w in workloads for s in seeds for opts in ({}, budget)]
+    for name in [n for n in wanted if n and _known(n)]:
+        budgets = [b for n, b in pairs if n == name]
+        tasks = [(name, opts, w, s) for opts in ({}, *budgets) for w in workloads for s in seeds]
         with ThreadPoolExecutor(max_workers=max(1, args.budget_workers)) as pool:
             runs = list(pool.map(lambda t: _child(*t), tasks))
-        row = compare(name, budget, runs) if not args.quick else {"policy": name, "budget": budget, "runs": runs}
-        out.append({**row, "runs": runs})
-        if "worst_rel_diff" in row:
-            print(f"  {name:>14} {budget}: mean JCT {row['mean_jct_without']:.0f} -> {row['mean_jct_with']:.0f} s "
-                  f"({100 * row['mean_rel_diff']:+.2f} %), worst workload {100 * row['worst_rel_diff']:.2f} %, "
-                  f"slowest round {row['slowest_round_cpu_s']:.3f} s CPU", flush=True)
+        for budget in budgets:
+            mine = [r for r in runs if r["options"] in ({}, budget)]
+            row = compare(name, budget, mine) if not args.quick else {"policy": name, "budget": budget}
+            out.append({**row, "runs": mine})
+            if "worst_rel_diff" in row:
+                print(f"  {name:>14} {budget}: mean JCT {row['mean_jct_without']:.0f} -> {row['mean_jct_with']:.0f} s "
+                      f"({100 * row['mean_rel_diff']:+.2f} %), worst workload {100 * row['worst_rel_diff']:.2f} %, "
+                      f"slowest round {row['slowest_round_cpu_s']:.3f} s CPU", flush=True)
     return {"policies": out, "bar": BAR, "cluster": CLUSTER, "seeds": list(SEEDS), "workloads": list(WORKLOADS)}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -88,3 +89,12 @@ def test_a_budget_run_times_its_slowest_round_and_the_comparison_judges_each_wor
     assert row["workloads"][0]["spread_with"] > 0 and row["workloads"][0]["seeds"] == 3
     runs[0]["avg_jct"] = 2000.0  # one seed of one workload 2x slower without the budget: that workload is off the bar
     assert not b.compare("pollux", {"budget_s": 0.5}, runs)["within_bar"]
+
+
+def test_every_default_budget_of_the_scale_benchmarks_is_compared_once() -> None:
+    b, d, ph = _module("_scale_budgets"), _module("_scale_decisions"), _module("_scale_philly")
+    pairs = b.budgets_to_compare()
+    for defaults in (d.DEFAULT_OPTIONS, ph.DEFAULT_OPTIONS):
+        for name, opts in d._parse_options(list(defaults)).items():
+            assert pairs.count((name, opts)) == 1
+    assert len(pairs) == len({(n, json.dumps(o, sort_keys=True)) for n, o in pairs})
