@@ -13,9 +13,10 @@ One file, several sections, each measured by a module beside this one that expos
   workload, cluster, seed, jobs, finished, rounds, cpu_s, process_cpu_s, wall_s, peak_rss_mib, avg_jct, p95_jct,
   decision_ms_p99, meets_bar} | {..., error}], skipped, bar_cpu_s, clock}`;
 - `budgets`   (`_scale_budgets.py`): each default per-round budget's effect on JCT on the eight Pollux workloads
-  (with and without, seeds 0-2; one row per policy and budget): `{"policies": [{policy, budget, workloads: [{workload, jct_without, jct_with, spread_without,
-  spread_with, seeds, rel_diff, max_round_cpu_s}], mean_jct_without, mean_jct_with, mean_rel_diff, worst_rel_diff,
-  slowest_round_cpu_s, errors, within_bar, runs}], bar, cluster, seeds, workloads}`;
+  (with and without, seeds 0-2; one row per policy and budget): `{"policies": [{policy, budget, workloads:
+  [{workload, jct_without, jct_with, spread_without, spread_with, seeds, rel_diff, max_round_cpu_s}],
+  mean_jct_without, mean_jct_with, mean_rel_diff, worst_rel_diff, slowest_round_cpu_s, errors,
+  within_bar, runs}], bar, cluster, seeds, workloads}`;
 - `live`      (`_scale_live.py`): the live service with the fake backend.
 
 A run updates only the sections it ran (`--sections replay,decisions`), so one section can be measured again
