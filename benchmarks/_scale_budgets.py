@@ -63,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--budget-policies", default=None,
                    help="comma-separated policies (default: those with a budget in the decisions defaults)")
     g.add_argument("--budget-workers", type=int, default=2, help="runs at once (default: %(default)s)")
+    g.add_argument("--budget-seeds", default=",".join(map(str, SEEDS)),
+                   help="comma-separated seeds per workload (default: %(default)s)")
 
 
 def _child(policy: str, options: dict[str, Any], workload: str, seed: int) -> dict[str, Any]:
@@ -71,8 +73,12 @@ def _child(policy: str, options: dict[str, Any], workload: str, seed: int) -> di
                          text=True, check=False, env={**os.environ, "PYTHONHASHSEED": "0"})
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
+        print(f"    {policy} {options} {workload} seed {seed}: failed", flush=True)
         return {**spec, "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
-    return dict(json.loads(lines[-1]))
+    row = dict(json.loads(lines[-1]))
+    print(f"    {policy} {options} {workload} seed {seed}: avg JCT {row['avg_jct']:.1f} s, slowest round "
+          f"{row['max_round_cpu_s']:.3f} s, {row['cpu_s']:.1f} s CPU", flush=True)
+    return row
 
 
 def compare(policy: str, budget: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -116,11 +122,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     pairs = budgets_to_compare()
     wanted = [p.strip() for p in (args.budget_policies or ",".join(dict.fromkeys(n for n, _ in pairs))).split(",")]
-    workloads, seeds = (WORKLOADS[:1], SEEDS[:1]) if args.quick else (WORKLOADS, SEEDS)
+    seeds = tuple(int(x) for x in str(args.budget_seeds).split(",") if x.strip())
+    workloads, seeds = (WORKLOADS[:1], seeds[:1]) if args.quick else (WORKLOADS, seeds)
     out: list[dict[str, Any]] = []
     for name in [n for n in wanted if n and _known(n)]:
         budgets = [b for n, b in pairs if n == name]
-        tasks = [(name, opts, w, s) for opts in ({}, *budgets) for w in workloads for s in seeds]
+        tasks = [(name, opts, w, s) for w in workloads for s in seeds for opts in ({}, *budgets)]
         with ThreadPoolExecutor(max_workers=max(1, args.budget_workers)) as pool:
             runs = list(pool.map(lambda t: _child(*t), tasks))
         for budget in budgets:
@@ -131,7 +138,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"  {name:>14} {budget}: mean JCT {row['mean_jct_without']:.0f} -> {row['mean_jct_with']:.0f} s "
                       f"({100 * row['mean_rel_diff']:+.2f} %), worst workload {100 * row['worst_rel_diff']:.2f} %, "
                       f"slowest round {row['slowest_round_cpu_s']:.3f} s CPU", flush=True)
-    return {"policies": out, "bar": BAR, "cluster": CLUSTER, "seeds": list(SEEDS), "workloads": list(WORKLOADS)}
+    return {"policies": out, "bar": BAR, "cluster": CLUSTER, "seeds": list(seeds), "workloads": list(WORKLOADS)}
 
 
 if __name__ == "__main__":  # one run in a fresh process (called by `run`)
