@@ -76,6 +76,13 @@ def test_a_philly_run_reports_cpu_rss_and_jct() -> None:
     assert r["meets_bar"] is (r["cpu_s"] <= ph.BAR_S)
 
 
+def test_a_philly_run_past_its_cpu_cap_stops_and_says_how_far_it_got() -> None:
+    ph = _module("_scale_philly")
+    r = ph.run_one("lyra_scaled", {}, "philly:sample=150,seed=1", "8x4:t4", 0, cap_s=1e-9)
+    assert "over the CPU cap" in r["error"] and r["meets_bar"] is False and "avg_jct" not in r
+    assert r["rounds"] == 1 and 0 <= r["sim_time_reached_s"] <= r["last_arrival_s"] and r["cpu_s"] > 0
+
+
 def test_a_budget_run_times_its_slowest_round_and_the_comparison_judges_each_workload() -> None:
     b = _module("_scale_budgets")
     r = b.run_one("tiresias", {}, "pollux:workload-1", 0)
