@@ -11,7 +11,8 @@ Suites (each cell one simulation; a pool of `--workers` fresh processes, BLAS on
 Per policy and suite: the mean over workloads of each workload's average JCT (and p95 JCT), averaged over the seeds,
 with the spread (max − min of the per-seed means); the JCT decomposition (`sim.metrics`), restarts, CPU seconds.
 `python benchmarks/elastisched_suites.py --out docs` writes `elastisched-bench.json`, `elastisched-tables.md` (the
-tables of docs/elastisched.md) and `elastisched-robustness.png`.
+tables of docs/elastisched.md) and `elastisched-robustness.png`; each finished cell is appended to
+`elastisched-cells.jsonl` first, so a run stopped half-way resumes where it stopped (delete it to start afresh).
 """
 
 from __future__ import annotations
@@ -101,8 +102,13 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     row = {"suite": suite, "workload": w, "policy": policy, "seed": seed, "estimate": estimate,
            "avg_jct": float(jobs["jct"].mean()), "p95_jct": float(s["p95_jct"]), "restarts": int(s["restarts"]),
            "cpu_s": cpu, "n_finished": int(s["n_finished"]), "n_jobs": int(s["n_jobs"]),
-           "decision_ms_p99": float(s["decision_ms_p99"]), "reclaim_preemptions": int(s["reclaim_preemptions"])}
+           "decision_ms_p99": float(s["decision_ms_p99"]), "reclaim_preemptions": int(s["reclaim_preemptions"]),
+           "batch_vs_request": float(s["mean_batch_vs_request"])}
     return row | {k: float(jobs[k].mean()) for k in DECOMP if k in jobs}
+
+
+def _key(row: dict[str, Any]) -> Cell:
+    return row["suite"], row["workload"], row["policy"], row["seed"], row["estimate"]
 
 
 def cells(suites: list[str], seeds: list[int]) -> list[Cell]:
@@ -134,6 +140,7 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "cpu_s_mean": statistics.fmean(r["cpu_s"] for r in rs), "cpu_s_max": max(r["cpu_s"] for r in rs),
                     "finished": f"{sum(r['n_finished'] for r in rs)}/{sum(r['n_jobs'] for r in rs)}",
                     "reclaim_preemptions": statistics.fmean(r["reclaim_preemptions"] for r in rs),
+                    "batch_vs_request": statistics.fmean(r["batch_vs_request"] for r in rs),
                     "decomposition": {k: statistics.fmean(r[k] for r in rs) for k in DECOMP if k in rs[0]}})
     return out
 
@@ -168,19 +175,21 @@ def robustness_figure(summary: list[dict[str, Any]], path: Path) -> None:
 def markdown(summary: list[dict[str, Any]]) -> str:
     """The tables of docs/elastisched.md, one per suite (seconds; decomposition columns per job)."""
     head = ("| policy | declared length | mean avg JCT (s) | per seed | spread | mean p95 JCT (s) | queued "
-            "| restarting | running | best | loss GPUs | loss batch | restarts / workload | CPU s / run mean (max) |")
+            "| restarting | running | best | loss GPUs | loss batch | restarts / workload | batch / request "
+            "| CPU s / run mean (max) |")
     out = []
     for suite in SUITES:
         rows = [r for r in summary if r["suite"] == suite]
         if not rows:
             continue
-        out += [f"### {suite}", "", head, "|" + "---|" * 14]
+        out += [f"### {suite}", "", head, "|" + "---|" * 15]
         for r in rows:
             d = r["decomposition"]
             seeds = " / ".join(f"{x:,.0f}" for x in r["per_seed"])
             out.append(f"| {r['policy']} | {r['estimate']} | {r['mean_avg_jct']:,.0f} | {seeds} | {r['spread']:,.0f} "
                        f"| {r['mean_p95_jct']:,.0f} | " + " | ".join(f"{d.get(k, float('nan')):,.0f}" for k in DECOMP)
-                       + f" | {r['restarts_per_workload']:,.0f} | {r['cpu_s_mean']:.2f} ({r['cpu_s_max']:.2f}) |")
+                       + f" | {r['restarts_per_workload']:,.0f} | {r['batch_vs_request']:.2f} "
+                       f"| {r['cpu_s_mean']:.2f} ({r['cpu_s_max']:.2f}) |")
         out.append("")
     return "\n".join(out)
 
@@ -194,14 +203,19 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     todo = cells([s for s in a.suites.split(",") if s], [int(x) for x in a.seeds.split(",")])
     t0 = time.time()
-    with ProcessPoolExecutor(a.workers) as pool:
-        rows = []
+    a.out.mkdir(parents=True, exist_ok=True)
+    log = a.out / "elastisched-cells.jsonl"  # one line per finished cell: a crashed run resumes where it stopped
+    rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    done = {_key(r) for r in rows}
+    todo = [c for c in todo if c not in done]
+    with ProcessPoolExecutor(a.workers) as pool, log.open("a") as sink:
         for i, row in enumerate(pool.map(run_cell, todo), 1):
             rows.append(row)
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
             print(f"[{i}/{len(todo)}] {row['suite']} w{row['workload']} {row['policy']} s{row['seed']} "
                   f"{row['estimate']}: {row['avg_jct']:.0f} s ({row['cpu_s']:.1f} s CPU)", flush=True)
     summary = aggregate(rows)
-    a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "elastisched-bench.json").write_text(json.dumps(
         {"summary": summary, "cells": rows, "wall_s": time.time() - t0,
          "env": {"OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"), "cpus": os.cpu_count()}},

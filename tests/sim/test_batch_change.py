@@ -77,3 +77,20 @@ def test_live_service_keeps_a_batch_change_in_place() -> None:
     assert in_place(Action(ActionKind.RESIZE, "a", new, old))
     assert not in_place(Action(ActionKind.RESIZE, "a", Allocation(B, batch_size=512), old))
     assert not in_place(Action(ActionKind.LAUNCH, "a", new, Allocation(())))
+
+
+def test_mean_batch_is_time_weighted_and_reported_against_the_request(models: PerfModels) -> None:
+    """Issue 21's guard rail: jobs.csv's `mean_batch` is the global batch weighted by the seconds it was held
+    (restart windows included), the summary's `mean_batch_vs_request` its ratio to the batch asked for."""
+    from elastisched.sim.metrics import collect
+
+    sim = _run(models, ((0.0, A, 512), (40.0, A, 1024)))
+    job = sim.done[0]
+    expected = (40.0 * 512 + (job.run_time - 40.0) * 1024) / job.run_time
+    assert abs(job.batch_seconds / job.run_time - expected) < 1e-6 * expected
+    res = collect(sim, 0.0)
+    row = res.jobs.iloc[0]
+    assert abs(row["mean_batch"] - expected) < 1e-6 * expected and row["requested_batch"] == 512
+    assert abs(res.summary["mean_batch_vs_request"] - expected / 512) < 1e-6
+    steady = _run(models, ((0.0, A, 512),)).done[0]
+    assert steady.batch_seconds == 512 * steady.run_time

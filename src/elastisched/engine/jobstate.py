@@ -110,6 +110,7 @@ class JobState:
     run_time: float = 0.0
     restart_time: float = 0.0  # seconds with GPUs held inside a restart / resize window (no progress)
     restart_gpu_seconds: float = 0.0
+    batch_seconds: float = 0.0  # global batch x seconds held with GPUs: the mean batch a policy ran the job at
     # progress done per (GPU type, shape, epoch): the JCT decomposition (sim.metrics) prices it afterwards
     work_by_config: dict[tuple[str, tuple[int, ...], int], float] = field(default_factory=dict)
     # the whole epochs a job finishes in one go, as a range instead of an entry each (the log's last entries):
@@ -169,6 +170,8 @@ class JobState:
             stall = max(0.0, min(t, self.restart_until) - self.updated)
             self.restart_time += stall
             self.restart_gpu_seconds += stall * g
+            if self.cfg is not None:
+                self.batch_seconds += dt * self.cfg.global_batch
             # no model of this configuration: progress only from measurements
             if self.modelled:
                 if finishing:

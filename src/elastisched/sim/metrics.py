@@ -14,6 +14,9 @@ JCT decomposition (issue 13; docs/seeds.md): per job, `jct = queued + restarting
   policy gave the job more GPUs than its cap (a gain from extras).
 Progress is priced per (GPU type, shape, epoch) at the data-parallel rate of the slowest type (an IIDP
 allocation is priced as data parallel). Per policy (summary): GPU-hours running, restarting and idle.
+
+Batch guard rail (issue 21): per job `mean_batch`, the global batch weighted by the seconds it held GPUs at it,
+beside `requested_batch`; the summary's `mean_batch_vs_request` is the mean of their ratio over finished jobs.
 """
 
 from __future__ import annotations
@@ -85,6 +88,15 @@ def _mean(x: np.ndarray) -> float:
     """pandas' Series.mean, same arithmetic: NaN counted as 0 in the sum and left out of the count."""
     n = int(np.count_nonzero(~np.isnan(x)))
     return _nansum(x) / n if n else float("nan")
+
+
+def _batch_vs_request(jobs: Rows) -> float:
+    """Mean over finished jobs of the global batch they ran at (time-weighted) over the batch they asked for:
+    how far a policy's batch choices stray from the user's (issue 21's guard rail)."""
+    req = jobs.array("requested_batch")
+    ran = jobs.array("mean_batch")
+    ok = req > 0
+    return _mean(np.where(ok, ran, np.nan) / np.where(ok, req, 1.0))
 
 
 def _nansum(x: np.ndarray) -> float:
@@ -262,7 +274,8 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
         g, k = per_node.get(n.gpu_type, (0, 0))
         per_node[n.gpu_type] = (max(g, n.num_gpus), k + 1)
     cols = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
-            "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds"]
+            "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION, "restart_gpu_seconds",
+            "mean_batch", "requested_batch"]
     for j in sorted(sim.done, key=lambda j: (j.spec.submit_time, j.spec.job_id)):
         spec, start, end = j.spec, j.start_time, j.end_time
         waited = (start or end) - spec.submit_time
@@ -272,7 +285,8 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
             max(j.launches - 1, 0), j.preemptions, j.phase(end).value,
             # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
             j.reason or (PendingReason.PRIORITY.value if waited > 0 else ""),
-            *decompose(j, per_node), j.restart_gpu_seconds))
+            *decompose(j, per_node), j.restart_gpu_seconds,
+            j.batch_seconds / j.run_time if j.run_time else float("nan"), spec.batch_size))
     jobs = Rows(cols, rows)
     tl = Rows(["t", "busy_gpus", "total_gpus", "loaned_servers"], sim.timeline)
     jct = jobs.array("jct")
@@ -305,6 +319,7 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
         "policy_config": {"interval": sim.policy.interval, **sim.ctx.options},
         # JCT decomposition, mean seconds per finished job (module docstring) and GPU-hours by use
         "decomposition": {k: _mean(jobs.array(k)) for k in DECOMPOSITION},
+        "mean_batch_vs_request": _batch_vs_request(jobs),
         "gpu_hours": {"available": avail / 3600, "running": (busy - restart_gs) / 3600,
                       "restarting": restart_gs / 3600, "idle": (avail - busy) / 3600},
     }
