@@ -4,8 +4,19 @@ One file, several sections, each measured by a module beside this one that expos
 `run(args: argparse.Namespace) -> dict` and `add_arguments(parser)`:
 
 - `replay`    (`_scale_replay.py`): whole-trace replays, CPU / wall / peak RSS against the number of jobs;
-- `decisions` (`_scale_decisions.py`): decision time per round against GPUs and active jobs, per elastic policy;
-- `philly`    (`_scale_philly.py`): the full Philly trace with the elastic policies;
+- `decisions` (`_scale_decisions.py`): decision time per round against GPUs and active jobs, per elastic policy:
+  `{"points": [{policy, options, gpus, cluster, types, nodes, jobs (mean active), jobs_max, rounds, p50_s, p99_s,
+  max_s (wall), cpu_p50_s, cpu_p99_s, cpu_max_s, cpu_total_s (thread CPU), budget_s, peak_rss_mib, sim_cpu_s,
+  sim_wall_s, finished, submitted} | {policy, gpus, ..., error}], skipped, bar_s, rounds_minutes, jobs_at_8192,
+  seed, clock, meets_bar_at_top: {policy: bool}}`;
+- `philly`    (`_scale_philly.py`): the full Philly trace with the elastic policies: `{"runs": [{policy, options,
+  workload, cluster, seed, jobs, finished, rounds, cpu_s, process_cpu_s, wall_s, peak_rss_mib, avg_jct, p95_jct,
+  decision_ms_p99, meets_bar} | {..., error}], skipped, bar_cpu_s, clock}`;
+- `budgets`   (`_scale_budgets.py`): each default per-round budget's effect on JCT on the eight Pollux workloads
+  (with and without, seeds 0-2; one row per policy and budget): `{"policies": [{policy, budget, workloads:
+  [{workload, jct_without, jct_with, spread_without, spread_with, seeds, rel_diff, max_round_cpu_s}],
+  mean_jct_without, mean_jct_with, mean_rel_diff, worst_rel_diff, slowest_round_cpu_s, errors,
+  within_bar, runs}], bar, cluster, seeds, workloads}`;
 - `live`      (`_scale_live.py`): the live service with the fake backend.
 
 A run updates only the sections it ran (`--sections replay,decisions`), so one section can be measured again
@@ -39,7 +50,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "scale.json"
 SECTIONS: dict[str, str] = {"replay": "_scale_replay", "decisions": "_scale_decisions", "philly": "_scale_philly",
-                            "live": "_scale_live"}
+                            "budgets": "_scale_budgets", "live": "_scale_live"}
 
 
 def _section_module(name: str) -> Any:

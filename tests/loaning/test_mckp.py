@@ -74,6 +74,17 @@ def test_exact_matches_brute_force_and_greedy_bounded() -> None:
         assert upper_bound(w, v, cap) >= best - 1e-9
 
 
+def test_dp_chooses_as_the_reference_when_capacity_exceeds_every_choice() -> None:
+    # solve_dp stops its table at the heaviest possible choice; the choice must be the reference's, ties included
+    rng = np.random.default_rng(2)
+    for _ in range(300):
+        w = [np.arange(int(rng.integers(1, 6))) * int(rng.choice([1, 3])) for _ in range(int(rng.integers(0, 6)))]
+        v = [np.concatenate([[0.0], rng.integers(-3, 6, len(x) - 1).astype(float)]) for x in w]  # many ties
+        cap = int(rng.integers(0, 40))
+        ref, dp = solve_reference(w, v, cap), solve_dp(w, v, cap)
+        assert dp.choice == ref.choice and dp.value == ref.value and dp.weight == ref.weight
+
+
 def test_greedy_near_exact_on_diminishing_returns_at_scale() -> None:
     rng = np.random.default_rng(1)
     w = [np.arange(int(rng.integers(1, 17))) for _ in range(400)]

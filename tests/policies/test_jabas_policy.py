@@ -253,3 +253,43 @@ def test_grow_idle_replans_a_small_job_mid_epoch(models: PerfModels) -> None:
         pol.load_state_dict({"jobs": {"j": {"gbs": 400, "epoch": 0, "step": 1}}})
         a = pol.schedule(_snap(T4, {"j": small}, 60.0), PolicyContext(perf=models)).allocations["j"]
         assert a.gpus == want
+
+
+# ---------------------------------------------------------------- at cluster scale (issue 22)
+@needs_sia
+def test_candidates_are_ranked_by_the_estimators_epoch_time(sia: PerfModels) -> None:
+    """`epoch_time` (the ranking, without per-server configurations) is `estimate_epoch`'s time exactly."""
+    from elastisched.policies.jabas.autoscale import epoch_time, estimate_epoch
+    from elastisched.policies.jabas.policy import servers_of
+
+    pol = JabasPolicy()
+    nodes = {"t0": "t4", "t1": "t4", "a0": "a100", "r0": "rtx"}
+    for name in ("imagenet", "cifar10", "bert"):
+        app = sia.app(name)
+        solver, _, ds = pol.models(app)
+        traj = [app.init_batch_size * k for k in (1, 1, 2, 2, 3)]
+        for placement in ((("t0", 4),), (("t0", 4), ("t1", 2)), (("a0", 4), ("r0", 3), ("t0", 1))):
+            servers = servers_of(placement, nodes)
+            for cur in (traj[0], traj[0] * 2):
+                kw = {"current_gbs": cur, "dataset": ds // 3, "interval": 50, "sync_step": 17, "upper": None}
+                t, used = estimate_epoch(solver, servers, traj, **kw)  # type: ignore[arg-type]
+                assert epoch_time(solver, servers, traj, **kw) == t  # type: ignore[arg-type]
+                assert math.isinf(t) or used
+
+
+@needs_sia
+def test_a_budget_defers_replans_keeps_capacity_and_catches_up(sia: PerfModels) -> None:
+    nodes = tuple(NodeView(f"n{i}", "t4", 4, index=i) for i in range(8))
+    jobs = {f"j{i}": _pending(f"j{i}", "cifar10", 128) for i in range(6)}
+    ctx = PolicyContext(perf=sia)
+    tight = JabasPolicy(budget_s=1e-9)
+    d = tight.schedule(_snap(nodes, jobs), ctx)
+    check(d.allocations, _snap(nodes, jobs), elastic=True)
+    assert len(d.allocations) == 1  # one plan fits before the budget is spent; the rest wait, throttled
+    assert {d.reasons[j] for j in jobs if j not in d.allocations} == {PendingReason.THROTTLED}
+    assert tight.state_dict()["deferred"] == sorted(set(jobs) - set(d.allocations))
+    free = JabasPolicy().schedule(_snap(nodes, jobs), ctx)
+    loose = JabasPolicy(budget_s=1e6).schedule(_snap(nodes, jobs), ctx)
+    assert free.allocations == loose.allocations  # a budget that does not bind changes nothing
+    with pytest.raises(ValueError, match="budget_s"):
+        JabasPolicy(budget_s=-1.0)

@@ -13,8 +13,11 @@ import pytest
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobPhase, JobSpec, JobView, PendingReason
 from elastisched.policies.base import PolicyContext, make_policy
-from elastisched.policies.pollux.ga import AllocationProblem, crowding, nondominated_rank, search
+from elastisched.policies.pollux.ga import AllocationProblem
+from elastisched.policies.pollux.nsga import crowding, nondominated_rank, search
 from elastisched.policies.pollux.policy import NCF_BATCH, PolluxPolicy
+from elastisched.policies.pollux.population import from_dense, to_dense
+from elastisched.policies.pollux.unaware import devirtualise, virtual_base, virtual_nodes
 from elastisched.sim import SimConfig, simulate
 from elastisched.workloads import Workload, load_workload
 
@@ -27,12 +30,13 @@ def small_problem(base: np.ndarray | None = None) -> AllocationProblem:
     table[:, 1] = table[:, 0] * 0.8
     table[:, 1, 1] = table[:, 0, 1]
     base = np.zeros((3, 2), dtype=int) if base is None else base
-    return AllocationProblem(table, base, np.array([2, 2]), np.full((3, 2), 2), np.array([4, 4, 1]),
-                             np.zeros(3, dtype=int), np.array([0.5, 0.9, 0.9]), 2 / 4)
+    return AllocationProblem.from_dense(table, base, np.array([2, 2]), np.full((3, 2), 2), np.array([4, 4, 1]),
+                                        np.zeros(3, dtype=int), np.array([0.5, 0.9, 0.9]), 2 / 4)
 
 
 def feasible(p: AllocationProblem, s: np.ndarray) -> bool:
-    if (s.sum(axis=0) > p.node_caps).any() or (s > p.cap).any() or (s.sum(axis=1) > p.max_replicas).any():
+    cap = p.cell_cap(*np.indices(s.shape).reshape(2, -1)).reshape(s.shape)
+    if (s.sum(axis=0) > p.node_caps).any() or (s > cap).any() or (s.sum(axis=1) > p.max_replicas).any():
         return False
     distributed = np.count_nonzero(s, axis=1) > 1
     return bool(((s > 0) & distributed[:, None]).sum(axis=0).max() <= 1)
@@ -45,18 +49,18 @@ def test_evaluate_matches_hand_formula() -> None:
     sp = np.array([2.4 * 0.5, 1.0, 0.0]) * 0.5
     mean = (np.mean((sp + 1e-3) ** -1.0)) ** -1.0
     util = (2.4 + 1.0) / 4
-    assert p.evaluate(s)[0] == pytest.approx([-mean, -util])
+    assert p.evaluate(from_dense(s))[0] == pytest.approx([-mean, -util])
 
 
 def test_search_finds_the_brute_force_optimum() -> None:
     p = small_problem()
     states = np.array([np.array(c).reshape(3, 2) for c in itertools.product(range(3), repeat=6)])
     ok = np.array([feasible(p, s) for s in states])
-    values = p.evaluate(states[ok].astype(np.int8))
+    values = p.evaluate(from_dense(states[ok]))
     best = values[:, 0].min()
-    found, f = search(p, p.base[None], np.random.default_rng(0), pop_size=40, n_gen=60)
+    found, f = search(p, p.base, np.random.default_rng(0), pop_size=40, n_gen=60)
     assert f[:, 0].min() == pytest.approx(best)
-    assert all(feasible(p, s) for s in found)
+    assert all(feasible(p, s) for s in p.dense(found))
 
 
 def test_repair_enforces_capacity_interference_and_caps() -> None:
@@ -65,9 +69,9 @@ def test_repair_enforces_capacity_interference_and_caps() -> None:
     table = np.tile(np.arange(20, dtype=float), (j, 2, 1))
     cap = np.full((j, n), 4)
     cap[0, 2] = 0  # job 0 may not use node 2
-    p = AllocationProblem(table, np.zeros((j, n)), np.full(n, 4), cap, np.array([3, 8, 8, 8, 2, 8]),
-                          np.array([0, 0, 0, 0, 0, 5]), np.ones(j), 1.0, max_nodes=2)
-    s = p.repair(rng.integers(0, 5, (200, j, n)).astype(np.int8), rng)
+    p = AllocationProblem.from_dense(table, np.zeros((j, n)), np.full(n, 4), cap, np.array([3, 8, 8, 8, 2, 8]),
+                                     np.array([0, 0, 0, 0, 0, 5]), np.ones(j), 1.0, max_nodes=2)
+    s = to_dense(p.repair(from_dense(rng.integers(0, 5, (200, j, n))), rng), j, n)
     assert (s.sum(axis=1) <= 4).all()  # node capacity
     assert (s[:, 0, 2] == 0).all()
     assert (s.sum(axis=2) <= p.max_replicas).all()
@@ -124,7 +128,7 @@ def test_batch_size_per_allocation_and_learning(models: object) -> None:
     a_alloc = d.allocations["a"]
     jobs = {"a": _view(a, a_alloc, 180.0, app, a_alloc.batch_size or 0, resized=60.0)}
     d2 = pol.schedule(ClusterSnapshot(180.0, nodes, jobs), ctx)
-    assert pol._obs["a"], "the configuration a ran at was recorded"
+    assert pol.beliefs.obs["a"], "the configuration a ran at was recorded"
     got = d2.allocations["a"]
     assert got.gpus == 2  # at most twice the replicas it has run on
     fn = pol.goodput_fn(jobs["a"], app)
@@ -224,7 +228,7 @@ def test_batch_only_change_costs_no_restart_when_in_place(models: object, in_pla
 def test_unaware_virtual_nodes_and_majority_type() -> None:
     nodes = parse_cluster("1x4:t4,1x8:a100,1x8:rtx")
     snap = ClusterSnapshot(0.0, nodes, {})
-    vn = PolluxPolicy._virtual_nodes(snap)
+    vn = virtual_nodes(snap)
     assert [v[2] for v in vn] == [4] * 5  # every node cut into pieces of the smallest node (4 GPUs)
     assert [v[1] for v in vn] == [nodes[0].node_id] + [nodes[1].node_id] * 2 + [nodes[2].node_id] * 2
     vids = [v[0] for v in vn]
@@ -234,16 +238,15 @@ def test_unaware_virtual_nodes_and_majority_type() -> None:
                      [3, 0, 0, 1, 0],   # 3 t4 + 1 rtx → the 3 T4 GPUs only
                      [0, 2, 2, 0, 0],   # two virtual nodes of one A100 node → one node, 4 GPUs
                      [0, 0, 0, 2, 2]])  # rtx, one node
-    pol = PolluxPolicy(unaware=True)
-    real = pol._devirtualise(best, ["a", "b", "c", "d"], vids, owner, ntype, [n.node_id for n in nodes])
+    real, vrows = devirtualise(best, ["a", "b", "c", "d"], vids, owner, ntype, [n.node_id for n in nodes])
     assert real.tolist() == [[0, 2, 0], [3, 0, 0], [0, 4, 0], [0, 0, 4]]
-    assert pol._vrows["c"] == {vids[1]: 2, vids[2]: 2}
+    assert vrows["c"] == {vids[1]: 2, vids[2]: 2}
     # next round: the kept split is the job's base on virtual nodes; a split it no longer matches is refilled
     jobs = [JobView(JobSpec(j, 0.0, "cifar10", 1, 128), JobPhase.RUNNING,
                     Allocation(placement=tuple((nodes[k].node_id, int(g)) for k, g in enumerate(real[i]) if g)),
                     updated_at=0.0)
             for i, j in enumerate(["a", "b", "c", "d"])]
-    base = pol._virtual_base(jobs, vids, owner, np.array([4] * 5))
+    base = virtual_base(vrows, jobs, vids, owner, np.array([4] * 5))
     assert base.tolist() == [[0, 2, 0, 0, 0], [3, 0, 0, 0, 0], [0, 2, 2, 0, 0], [0, 0, 0, 2, 2]]
     assert (base.sum(axis=0) <= 4).all()
 

@@ -16,7 +16,8 @@ from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView, NodeView, PendingReason
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import PolicyContext, make_policy
-from elastisched.policies.sia.policy import GOODPUT_CLIP, ZERO_ALLOC_GAIN, SiaPolicy, _Layout
+from elastisched.policies.sia.milp import GOODPUT_CLIP, ZERO_ALLOC_GAIN, Layout
+from elastisched.policies.sia.policy import SiaPolicy
 from elastisched.sim import SimConfig
 
 SIA_ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "peer-data" / "sia"
@@ -33,7 +34,7 @@ def sia_models() -> PerfModels:
     return load(SIA_ROOT / "traces")
 
 
-LAYOUT = _Layout(("t4", "a100"), {"t4": 4, "a100": 8}, {"t4": 8, "a100": 8},
+LAYOUT = Layout.of(("t4", "a100"), {"t4": 4, "a100": 8}, {"t4": 8, "a100": 8},
                  (("t4", 1, 1), ("t4", 1, 2), ("t4", 1, 4), ("t4", 2, 8),
                   ("a100", 1, 1), ("a100", 1, 2), ("a100", 1, 4), ("a100", 1, 8)))
 
@@ -162,3 +163,99 @@ def test_state_dict_round_trip_reproduces_decisions(sia_models: PerfModels) -> N
     assert twin.state_dict() == state
     assert dict(twin.schedule(snap2, ctx).allocations) == dict(pol.schedule(snap2, ctx).allocations)
     assert twin.models["a"].max_profiled_replicas(a.gpu_type or "") >= 1
+
+
+# ---------------------------------------------------------------- at cluster scale (issue 22)
+def _reference_columns(rows: list[np.ndarray], forced: dict[int, int], p: float, lam: float) -> list[tuple]:
+    """The columns as the artifact-faithful loop built them (one job, one configuration at a time)."""
+    cols = []
+    for r, row in enumerate(rows):
+        with np.errstate(divide="ignore"):
+            s = np.minimum(np.round(np.power(row, p), 2), GOODPUT_CLIP)
+        best: dict[str, float] = {}
+        for i, (t, _, g) in enumerate(LAYOUT.configs):
+            cost = float(s[i]) - lam
+            if (row[i] > ZERO_ALLOC_GAIN and cost < min(0.0, best.get(t, 0.0))) or forced.get(r) == i:
+                cols.append((r, t, g, cost, forced.get(r) == i))
+                if row[i] > ZERO_ALLOC_GAIN:
+                    best[t] = min(best.get(t, 0.0), cost)
+    return cols
+
+
+def _rows(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    rows = []
+    for _ in range(n):
+        row = np.full(len(LAYOUT.configs), ZERO_ALLOC_GAIN)
+        valid = rng.random(len(row)) < 0.7
+        row[valid] = np.round(1.0 + rng.random(int(valid.sum())) * 7, 1)  # rounded: ties between costs happen
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_vectorised_columns_are_the_per_job_loop_columns(seed: int) -> None:
+    from elastisched.policies.sia.milp import columns
+
+    rng = np.random.default_rng(seed)
+    rows = _rows(rng, 6)
+    forced = {1: 0, 4: 5}
+    got = columns(rows, [], forced, LAYOUT, -0.5, 1.1)
+    assert got is not None
+    job, tix, gpus, cost, lb = got
+    mine = [(int(j), LAYOUT.types[int(t)], int(g), float(c), bool(b))
+            for j, t, g, c, b in zip(job, tix, gpus, cost, lb, strict=True)]
+    assert mine == _reference_columns(rows, forced, -0.5, 1.1)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_solver_free_answer_is_the_one_highs_gives(seed: int) -> None:
+    """Where every job's cheapest column is strictly cheapest and they fit, `separable` answers without HiGHS;
+    it must be HiGHS's answer exactly, and it must refuse otherwise (ties, or over capacity)."""
+    from elastisched.policies.sia.milp import _highs, columns, separable
+
+    rng = np.random.default_rng(seed)
+    rows = _rows(rng, int(rng.integers(1, 5)))
+    cols = columns(rows, [], {0: 0} if seed % 3 == 0 else {}, LAYOUT, -0.5, 1.1)
+    assert cols is not None
+    cap = np.array([LAYOUT.capacity[t] for t in LAYOUT.types], dtype=float)
+    mine = separable(*cols, cap)
+    exact = _highs(cols, cap, len(rows), len(LAYOUT.types), 1e-4, None)
+    if mine is not None:
+        assert mine == exact
+    job, _, _, cost, lb = cols
+    costs: dict[int, list[float]] = {}
+    for k in np.argsort(cost, kind="stable"):
+        if not (lb[job == job[k]] > 0.5).any():  # jobs without a forced column
+            costs.setdefault(int(job[k]), []).append(float(cost[k]))
+    if any(len(c) > 1 and c[0] == c[1] for c in costs.values()):
+        assert mine is None  # a tie is the solver's to break
+
+
+def test_a_time_limited_solver_that_finds_nothing_falls_back_to_a_feasible_choice() -> None:
+    from elastisched.policies.sia.milp import columns, greedy
+
+    rows = _rows(np.random.default_rng(7), 5)
+    cols = columns(rows, [], {2: 1}, LAYOUT, -0.5, 1.1)
+    assert cols is not None
+    job, tix, gpus, cost, lb = cols
+    cap = np.array([LAYOUT.capacity[t] for t in LAYOUT.types], dtype=float)
+    pick = greedy(job, tix, gpus, cost, lb, cap)
+    assert all(k in pick for k in np.flatnonzero(lb > 0.5))  # forced columns kept
+    assert len({int(job[k]) for k in pick}) == len(pick)  # one column per job
+    assert (np.bincount(tix[list(pick)], weights=gpus[list(pick)], minlength=len(cap)) <= cap).all()
+
+
+def test_a_budget_that_binds_still_decides_and_one_that_does_not_changes_nothing(sia_models: PerfModels) -> None:
+    from elastisched.experiments.sia import SIA_CLUSTER, saturn_workload
+    from elastisched.sim import simulate
+
+    wl = saturn_workload(SIA_ROOT / "workloads" / "saturn" / "workload-1.csv", sia_models)
+    wl = dataclasses.replace(wl, jobs=wl.jobs[:24])
+    nodes = parse_cluster(SIA_CLUSTER)
+    cfg = SimConfig(seed=0, max_time=4 * 3600.0)
+    free, loose, tight = (simulate(wl, make_policy("sia", **kw), nodes, sia_models, cfg)
+                          for kw in ({}, {"budget_s": 1e6}, {"budget_s": 1e-6}))
+    assert free.jobs.to_csv() == loose.jobs.to_csv()
+    assert len(tight.jobs) > 0 and tight.summary["rounds"] == free.summary["rounds"]
+    with pytest.raises(ValueError, match="budget_s"):
+        SiaPolicy(budget_s=0)

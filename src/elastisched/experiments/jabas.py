@@ -88,7 +88,8 @@ class EvenSplitPolicy(JabasPolicy):
         self.gpu_types = gpu_types
 
     def plan(self, job: JobView, app: Application, nodes: Sequence[NodeView], avail: Mapping[str, int],
-             ntype: Mapping[str, str], share: int) -> Allocation | None:
+             ntype: Mapping[str, str], share: int, deadline: float | None = None) -> Allocation | None:
+        """One candidate (every free GPU of the allowed types), so the budget's `deadline` has nothing to cut."""
         gbs, _, _ = self.batch_now(job, app)
         self._jobs[job.spec.job_id]["target"] = gbs
         placement = tuple((n.node_id, avail[n.node_id]) for n in nodes

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from elastisched.models.iidp.config import IIDPConfig, IIDPSolver, ServerSpec
 
@@ -29,9 +30,12 @@ __all__ = [
     "BASE_GPU_PRICE",
     "BASE_TFLOPS",
     "GPU_TFLOPS",
+    "FastSolver",
     "count_candidates",
+    "epoch_time",
     "estimate_epoch",
     "gpu_price_per_hour",
+    "servers_of",
     "type_price",
 ]
 
@@ -42,6 +46,11 @@ BASE_TFLOPS = 14.13
 #: FP32 peak TFLOPS per Pollux/Sia GPU type (vendor spec sheets; V100 = the release's 14.13 anchor).
 #: Used only for the release's price model ($3.06/h × TFLOPS/14.13) — our assumption for these types.
 GPU_TFLOPS: dict[str, float] = {"t4": 8.14, "v100": 14.13, "a100": 19.5, "rtx": 13.45, "rtx6000": 16.3}
+
+
+def servers_of(placement: Sequence[tuple[str, int]], ntype: Mapping[str, str]) -> tuple[ServerSpec, ...]:
+    """The placement as the solver's servers (bandwidths unused by the Pollux model)."""
+    return tuple(ServerSpec(n, ntype[n], GPU_TFLOPS.get(ntype[n], 14.13), g, 0.0, 0.0) for n, g in placement)
 
 
 def gpu_price_per_hour(tflops: float) -> float:
@@ -75,6 +84,35 @@ def estimate_epoch(
         total += cfg.iter_time * steps
         used.append(cfg)
     return total, used
+
+
+class FastSolver(IIDPSolver, Protocol):
+    """A solver that also gives (GBS, seconds per step) of `best` without building its per-server units."""
+
+    def iter_time(self, cluster: Sequence[ServerSpec], target: float, current: int | None = None,
+                  upper: int | None = None) -> tuple[int, float] | None: ...
+
+
+def epoch_time(solver: FastSolver, cluster: Sequence[ServerSpec], trajectory: Sequence[int], *, current_gbs: int,
+               dataset: int, interval: int = 100, sync_step: int = 0, upper: int | None = None) -> float:
+    """`estimate_epoch`'s time alone, by the same steps (what the policy ranks candidates by); inf if some point
+    has no configuration or the trajectory is empty."""
+    rem, total = dataset, 0.0
+    if not trajectory:
+        return math.inf
+    for k, g in enumerate(trajectory):
+        if rem <= 0:
+            break
+        steps = interval - (sync_step % interval) if k == 0 else interval
+        got = solver.iter_time(cluster, g, None if g == current_gbs else current_gbs, upper)
+        if got is None:
+            return math.inf
+        gbs, it = got
+        if k == len(trajectory) - 1 or rem < gbs * steps:
+            steps = math.ceil(rem / gbs)
+        rem -= gbs * steps
+        total += it * steps
+    return total
 
 
 def count_candidates(free: Mapping[str, int], lo: int = 1, hi: int | None = None,

@@ -35,6 +35,14 @@ The paper scales **one** job over the servers it owns (digest §2(c)).  Cluster-
   batch everywhere, faster GPUs run more micro-batches; the allocation carries ``local_batch`` and
   ``accumulation`` per node, which the simulator turns into a rate with ``models.iidp.pollux.iidp_iteration_time``.
 
+* **Budget** (``budget_s``; ours, issue 22, default None = unbounded).  A round re-plans jobs in ``order`` until
+  it has used that much CPU time (``time.thread_time``; at least one job a round); the job being planned then
+  takes the best of the
+  candidates ranked so far (fewest GPUs first); a job whose re-plan is put off keeps its GPUs if they are still
+  free of the jobs planned before it (else it waits, THROTTLED) and is re-planned in the next round.
+  Candidates are packed on a node order computed once per job and ranked by ``autoscale.epoch_time`` (the
+  epoch time alone, without building each point's per-server configuration); neither changes a decision.
+
 ``adaptive=False, autoscale=False`` is the experiment's *static* baseline: the first plan at the initial GBS,
 kept for the whole run.
 """
@@ -42,6 +50,7 @@ kept for the whole run.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -60,7 +69,7 @@ from elastisched.models.application import Application, packed_shape
 from elastisched.models.iidp.config import IIDPConfig, ServerSpec
 from elastisched.models.iidp.pollux import PolluxIIDP
 from elastisched.policies.base import Policy, PolicyContext, register
-from elastisched.policies.jabas.autoscale import GPU_TFLOPS, count_candidates, estimate_epoch, type_price
+from elastisched.policies.jabas.autoscale import count_candidates, epoch_time, servers_of, type_price
 from elastisched.policies.jabas.similarity import (
     AdaptiveBatchingConfig,
     PolluxGradTrace,
@@ -73,11 +82,6 @@ __all__ = ["JabasPolicy", "epoch_fraction", "servers_of"]
 
 Objective = Literal["time", "cost"]
 Schedule = tuple[int, list[tuple[float, int]], int, int]  # (epoch, [(samples, GBS)], GBS at end, step at end)
-
-
-def servers_of(placement: Sequence[tuple[str, int]], ntype: Mapping[str, str]) -> tuple[ServerSpec, ...]:
-    """The placement as the solver's servers (bandwidths unused by the Pollux model)."""
-    return tuple(ServerSpec(n, ntype[n], GPU_TFLOPS.get(ntype[n], 14.13), g, 0.0, 0.0) for n, g in placement)
 
 
 def epoch_fraction(job: JobView, app: Application) -> float:
@@ -111,6 +115,7 @@ class JabasPolicy(Policy):
         "order": "queue order of waiting jobs",
         "scale_to": "how far a job may grow: its request or the cap",
         "share_factor": "how much larger than its request a job may grow (≥ 1)",
+        "budget_s": "CPU seconds a round may spend before it returns the best found so far (none: unbounded)",
     }
     option_choices: ClassVar[dict[str, tuple[str, ...]]] = {
         "order": ("submit", "las", "srpt"),
@@ -120,7 +125,11 @@ class JabasPolicy(Policy):
     def __init__(self, objective: Objective = "time", similarity_target: float = 0.1, adjust_interval: int = 100,
                  max_candidates: int = 256, move_horizon: int = 1, adaptive: bool = True,
                  autoscale: bool = True, grow_idle: bool = True, order: str = "srpt",
-                 scale_to: str = "request", share_factor: float = 1.0) -> None:
+                 scale_to: str = "request", share_factor: float = 1.0, budget_s: float | None = None) -> None:
+        if budget_s is not None and not budget_s > 0:
+            raise ValueError(f"budget_s must be > 0 seconds or None, got {budget_s!r}")
+        self.budget_s = budget_s
+        self._deferred: set[str] = set()  # jobs whose re-plan a round's budget put off (re-planned next round)
         if objective not in ("time", "cost"):
             raise ValueError(f"objective must be 'time' or 'cost', got {objective!r}")
         self.objective: Objective = objective
@@ -145,10 +154,11 @@ class JabasPolicy(Policy):
         self._perf: dict[int, tuple[Application, PolluxIIDP, PolluxGradTrace, int]] = {}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"jobs": {k: dict(v) for k, v in self._jobs.items()}}
+        return {"jobs": {k: dict(v) for k, v in self._jobs.items()}, "deferred": sorted(self._deferred)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._jobs = {k: {a: int(b) for a, b in v.items()} for k, v in dict(state.get("jobs", {})).items()}
+        self._deferred = set(state.get("deferred", []))
         self._sched = {}
 
     def models(self, app: Application) -> tuple[PolluxIIDP, PolluxGradTrace, int]:
@@ -199,46 +209,37 @@ class JabasPolicy(Policy):
 
     # ------------------------------------------------------------------ rounds
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
+        t0 = time.thread_time()
         self._jobs = {k: v for k, v in self._jobs.items() if k in snap.jobs}
         self._sched = {k: v for k, v in self._sched.items() if k in snap.jobs}
-        cap = dict(snap.node_set.gpus)
+        self._deferred &= set(snap.jobs)
         ntype = snap.node_set.gpu_type
         apps = {jid: _application(job, ctx) for jid, job in snap.jobs.items()}
-        replan: dict[str, bool] = {}
-        total = snap.node_set.total_gpus
-        his = {jid: self._hi(job.spec, apps[jid]) for jid, job in snap.jobs.items()}
-        share = math.ceil(self.share_factor * total / max(len(snap.jobs), 1))
-        idle = total - sum(j.allocation.gpus for j in snap.jobs.values())
-        for jid, job in snap.jobs.items():
-            st = self._jobs.get(jid)
-            replan[jid] = (not job.is_running or st is None or apps[jid] is None
-                           or (self.autoscale and st["epoch"] != job.epoch)
-                           or any(n not in cap for n in job.allocation.nodes)
-                           or (self.grow_idle and self.autoscale and idle > 0
-                               and job.allocation.gpus < min(job.spec.num_gpus, share)))
-            if not replan[jid]:
-                for n, g in job.allocation.placement:
-                    cap[n] -= g
-        if any(v < 0 for v in cap.values()):  # inconsistent snapshot: re-plan everything
-            cap = dict(snap.node_set.gpus)
-            replan = dict.fromkeys(snap.jobs, True)
+        share = math.ceil(self.share_factor * snap.node_set.total_gpus / max(len(snap.jobs), 1))
+        cap, replan = self._replans(snap, apps, share)
         allocs: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
-        order = list(snap.jobs.items())
-        if self.order == "las":
-            order.sort(key=lambda x: (x[1].attained_service, x[1].spec.submit_time, x[0]))
-        elif self.order == "srpt":
-            per = {n.gpu_type: n.num_gpus for n in snap.nodes}
-            order.sort(key=lambda x: (_remaining(x[1], apps[x[0]], per), x[1].spec.submit_time, x[0]))
-        for jid, job in order:
+        planned = 0
+        for jid, job in self._order(snap, apps):
             app = apps[jid]
             if app is None:
                 reasons[jid] = PendingReason.NO_PROFILE
                 continue
+            if replan[jid] and planned and self.budget_s is not None and time.thread_time() - t0 >= self.budget_s:
+                self._deferred.add(jid)  # out of budget: keeps what it holds if it still fits, re-planned later
+                replan[jid] = False
+                if not job.is_running or any(cap.get(n, 0) < g for n, g in job.allocation.placement):
+                    reasons[jid] = PendingReason.THROTTLED
+                    continue
+                for n, g in job.allocation.placement:
+                    cap[n] -= g
             if not replan[jid]:
                 allocs[jid] = self.reconfigure(job, app, ntype) or job.allocation
                 continue
-            alloc = self.plan(job, app, snap.nodes, dict(cap), ntype, min(share, his[jid]))
+            self._deferred.discard(jid)
+            planned += 1
+            alloc = self.plan(job, app, snap.nodes, dict(cap), ntype, min(share, self._hi(job.spec, app)),
+                              None if self.budget_s is None else t0 + self.budget_s)
             if alloc is None:
                 reasons[jid] = PendingReason.RESOURCES
                 continue
@@ -249,6 +250,35 @@ class JabasPolicy(Policy):
                 cap[n] -= g
             allocs[jid] = alloc
         return Decision(allocs, reasons)
+
+    def _replans(self, snap: ClusterSnapshot, apps: Mapping[str, Application | None], share: int
+                 ) -> tuple[dict[str, int], dict[str, bool]]:
+        """(free GPUs per node once the jobs that keep their GPUs hold them, which jobs are re-planned)."""
+        cap = dict(snap.node_set.gpus)
+        idle = snap.node_set.total_gpus - sum(j.allocation.gpus for j in snap.jobs.values())
+        replan: dict[str, bool] = {}
+        for jid, job in snap.jobs.items():
+            st = self._jobs.get(jid)
+            replan[jid] = (not job.is_running or st is None or apps[jid] is None or jid in self._deferred
+                           or (self.autoscale and st["epoch"] != job.epoch)
+                           or any(n not in cap for n in job.allocation.nodes)
+                           or (self.grow_idle and self.autoscale and idle > 0
+                               and job.allocation.gpus < min(job.spec.num_gpus, share)))
+            if not replan[jid]:
+                for n, g in job.allocation.placement:
+                    cap[n] -= g
+        if any(v < 0 for v in cap.values()):  # inconsistent snapshot: re-plan everything
+            return dict(snap.node_set.gpus), dict.fromkeys(snap.jobs, True)
+        return cap, replan
+
+    def _order(self, snap: ClusterSnapshot, apps: Mapping[str, Application | None]) -> list[tuple[str, JobView]]:
+        order = list(snap.jobs.items())
+        if self.order == "las":
+            order.sort(key=lambda x: (x[1].attained_service, x[1].spec.submit_time, x[0]))
+        elif self.order == "srpt":
+            per = {n.gpu_type: n.num_gpus for n in snap.nodes}
+            order.sort(key=lambda x: (_remaining(x[1], apps[x[0]], per), x[1].spec.submit_time, x[0]))
+        return order
 
     def _hi(self, spec: JobSpec, app: Application | None) -> int:
         """Most GPUs auto-scaling may give: the elastic cap, else the request (``scale_to="cap"``: the
@@ -276,8 +306,9 @@ class JabasPolicy(Policy):
         return _alloc(job.allocation.placement, cfg)
 
     def plan(self, job: JobView, app: Application, nodes: Sequence[NodeView], avail: Mapping[str, int],
-             ntype: Mapping[str, str], share: int) -> Allocation | None:
-        """Auto-scaling: the best candidate allocation for the rest of this epoch, with its configuration."""
+             ntype: Mapping[str, str], share: int, deadline: float | None = None) -> Allocation | None:
+        """Auto-scaling: the best candidate allocation for the rest of this epoch, with its configuration
+        (`deadline`, thread time: the best of the candidates ranked by then; at least one is ranked)."""
         solver, _, ds = self.models(app)
         spec = job.spec
         gbs, traj, step = self.batch_now(job, app)
@@ -286,28 +317,33 @@ class JabasPolicy(Policy):
         lo = spec.min_gpus if spec.elastic else 1
         hi = max(share, lo)
         types = [t for t in app.gpu_types if not spec.gpu_types or t in spec.gpu_types]
-        free_t = {t: sum(v for n, v in avail.items() if ntype[n] == t and v > 0) for t in types}
+        own = dict(job.allocation.placement)
+        order = _node_order(types, avail, ntype, own, nodes)  # per type, the nodes a candidate fills, in order
+        free_t = {t: sum(avail[n] for n in order[t]) for t in types}
         types = [t for t in types if free_t.get(t, 0) > 0]
         cands = count_candidates({t: min(free_t[t], hi) for t in types}, lo, hi, self.max_candidates)
         horizon = max(min(self.move_horizon, app.max_epochs - job.epoch), 1)
-        left = (1.0 - epoch_fraction(job, app)) * ds
-        own = dict(job.allocation.placement)
-        best: tuple[float, float, Allocation] | None = None
+        left = max(round((1.0 - epoch_fraction(job, app)) * ds), 1)
+        best: tuple[float, float, tuple[tuple[str, int], ...], tuple[ServerSpec, ...]] | None = None
         for c in cands:
-            placement = _pack(c, avail, ntype, own, nodes)
+            if best is not None and deadline is not None and time.thread_time() >= deadline:
+                break
+            placement = _pack(c, avail, order)
             servers = servers_of(placement, ntype)
-            t, used = estimate_epoch(solver, servers, traj, current_gbs=gbs, dataset=max(round(left), 1),
-                                     interval=self.p, sync_step=step, upper=upper)
-            if not math.isfinite(t) or not used:
+            t = epoch_time(solver, servers, traj, current_gbs=gbs, dataset=left, interval=self.p, sync_step=step,
+                           upper=upper)
+            if not math.isfinite(t):
                 continue
             price = sum(type_price(s.gpu_type) * s.num_gpus for s in servers) / 3600.0
             if job.is_running and not same_gpus(placement, job.allocation.placement):
                 t += app.restart_cost / horizon  # checkpoint-restart, amortised over `move_horizon` epochs (ours)
             key = (t, t * price) if self.objective == "time" else (t * price, t)
             if best is None or key < best[:2]:
-                best = (*key, _alloc(placement, used[0]))
-        return None if best is None else best[2]
-
+                best = (*key, placement, servers)
+        if best is None:
+            return None
+        cfg = solver.best(best[3], traj[0], None if traj[0] == gbs else gbs, upper)  # the winner's first point
+        return None if cfg is None else _alloc(best[2], cfg)
 
 def _remaining(job: JobView, app: Application | None, per_node: Mapping[str, int]) -> float:
     """Predicted seconds left at the request, packed, on the first profiled type present (``order="srpt"``)."""
@@ -319,18 +355,29 @@ def _remaining(job: JobView, app: Application | None, per_node: Mapping[str, int
     return max(job.total_work - job.progress, 0.0) / max(rate, 1e-12)
 
 
-def _pack(counts: Mapping[str, int], avail: Mapping[str, int], ntype: Mapping[str, str],
-          own: Mapping[str, int], nodes: Sequence[NodeView]) -> tuple[tuple[str, int], ...]:
-    """Nodes for ``counts[type]`` GPUs: the job's own nodes first, then the fullest free nodes (few nodes)."""
+def _node_order(types: Sequence[str], avail: Mapping[str, int], ntype: Mapping[str, str], own: Mapping[str, int],
+                nodes: Sequence[NodeView]) -> dict[str, list[str]]:
+    """Per type, the nodes with free GPUs in the order a candidate fills them: the job's own nodes first (most
+    of its GPUs first), then the fullest free nodes (few nodes), then node order."""
+    order: dict[str, list[NodeView]] = {t: [] for t in types}
+    for n in nodes:
+        lst = order.get(ntype[n.node_id])
+        if lst is not None and avail.get(n.node_id, 0) > 0:
+            lst.append(n)
+    return {t: [n.node_id for n in sorted(lst, key=lambda n: (-own.get(n.node_id, 0), -avail[n.node_id], n.index))]
+            for t, lst in order.items()}
+
+
+def _pack(counts: Mapping[str, int], avail: Mapping[str, int], order: Mapping[str, list[str]]
+          ) -> tuple[tuple[str, int], ...]:
+    """Nodes for ``counts[type]`` GPUs, taken in `_node_order`."""
     out: list[tuple[str, int]] = []
     for t, need in counts.items():
-        order = sorted((n for n in nodes if ntype[n.node_id] == t and avail.get(n.node_id, 0) > 0),
-                       key=lambda n: (-own.get(n.node_id, 0), -avail[n.node_id], n.index))
-        for n in order:
+        for n in order[t]:
             if need <= 0:
                 break
-            k = min(need, avail[n.node_id])
-            out.append((n.node_id, k))
+            k = min(need, avail[n])
+            out.append((n, k))
             need -= k
     return tuple(out)
 

@@ -8,7 +8,8 @@ must contain a weight-0 item first (k = 0), so the empty choice is always feasib
 Solvers:
 - `solve_reference`: textbook DP in pure Python (tests only; O(items × capacity)).
 - `solve_dp`: the same exact DP vectorized with numpy over capacity and over a group's items (one
-  (items × capacity) max per group), an int32 choice table for the backtrack. Exact; O(items × capacity).
+  (items × capacity) max per group), an int32 choice table for the backtrack. Exact; O(items × capacity), the
+  capacity counted only up to the heaviest possible choice (a mostly idle cluster offers far more).
 - `solve_greedy`: the LP-relaxation greedy (Sinha–Zoltners): per group the upper convex hull of its
   undominated items; all hull increments sorted by value/weight (numpy argsort), taken while they fit (a
   group whose next increment does not fit is closed); then the single item change with the largest gain
@@ -80,7 +81,9 @@ def solve_reference(weights: Sequence[np.ndarray], values: Sequence[np.ndarray],
 def solve_dp(weights: Sequence[np.ndarray], values: Sequence[np.ndarray], capacity: int) -> Solution:
     """Exact DP vectorized over capacity and over the items of a group (module docstring)."""
     _check(weights, values)
-    cap = max(0, int(capacity))
+    # Capacities past the heaviest possible choice all decide alike (every group's table is constant from its
+    # prefix's heaviest total on), so the table stops there and the backtrack starts there: the same choice.
+    cap = min(max(0, int(capacity)), sum(int(np.max(w)) for w in weights))
     dp = np.zeros(cap + 1)
     cs = np.arange(cap + 1)
     table = np.zeros((len(weights), cap + 1), dtype=np.int32)

@@ -1,13 +1,13 @@
-"""Pollux's cluster-wide search: NSGA-II over job × node allocation matrices, vectorised in numpy.
+"""Pollux's allocation problem and its genetic operators, on populations of sparse states.
 
 Follows the Pollux artifact (petuum/adaptdl `osdi21-artifact`, `simulator/pollux.py`, which runs pymoo's
-NSGA-II with custom operators; read, not copied). A state is a (jobs × nodes) matrix of replicas; the
-population is one (P × J × N) array and every operator acts on all of it at once.
+NSGA-II with custom operators; read, not copied). A state is a (jobs × nodes) matrix of replicas, kept as its
+non-zero cells (`policies/pollux/population.py`); every operator acts on a whole population at once and costs
+O(cells + states × (jobs + nodes)), so the search scales to thousands of nodes (issue 22).
 
 - Objectives (minimised): −(power mean, p = −1, of the jobs' scaled speedups + 1e-3) and −(cluster utility
   = Σ speedups / GPUs of the nodes in use). Speedups are scaled by `scale` (dominant share × nodes); a job
   whose row differs from the current allocation has its speedup multiplied by its restart factor.
-  The chosen state is the non-dominated one with the best first objective (the artifact's `argmin`).
 - Crossover: single point over the job axis between two parents, both children kept.
 - Mutation: 10 % of job rows reset to the current allocation; 10 % of job rows lose each replica with
   probability 0.1; then each (job, node) cell with free GPUs on its node is raised, with probability
@@ -16,30 +16,39 @@ population is one (P × J × N) array and every operator acts on all of it at on
 - Repair, in order: interference avoidance (a node keeps at most one distributed job: the first in job
   order), per-job replica cap and at most `max_nodes` nodes per job (both applied over a random node
   order), node capacity (earlier jobs first), per-job minimum (fewer → 0).
-- Selection: binary tournament on (rank, crowding distance), survival by rank then crowding distance, as
-  NSGA-II; offspring duplicating a member or each other are dropped and mating repeats (pymoo's
-  duplicate elimination; we stop after `max_mating_rounds` instead of pymoo's 100).
-Readings of the artifact: the initial population is the previous round's non-dominated set mapped onto
-the current jobs and nodes (or the current allocation alone), repaired; `n_gen` counts the initial
-population as generation 1, as pymoo does; ties in the tournament are broken at random.
+Reading (sparse form): a cell that is 0 is not stored, so the mutation draws p₁ + p₂ − p₁p₂ = 1 − (1 − p₁)(1 − p₂)
+as two lotteries — for each free node, how many of its allowed jobs win p₁ (binomial) and which (uniformly,
+without repetition), and p₂ for each job on it — raising a cell that wins either: the same law as one draw
+per cell, with random numbers drawn only where a cell can change.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
 
+from elastisched.policies.pollux.population import (
+    Population,
+    cell_keys,
+    from_cells,
+    grouped_cumsum,
+    keep_cells,
+    take,
+    to_dense,
+)
+
 P_NORM = -1.0  # exponent of the power mean; more negative = fairer (artifact `p = -1`)
+MAX_REDRAWS = 64  # mutation: redraws of a job drawn twice for one node (then dropped; ~never reached)
 
 
 @dataclass
 class AllocationProblem:
     speedup: np.ndarray  # (J, 2, R+1): speedup on r replicas, row 1 = on more than one node
-    base: np.ndarray  # (J, N) current replicas per node
+    base: Population  # one state: the current replicas per (job, node)
     node_caps: np.ndarray  # (N,) GPUs per node
-    cap: np.ndarray  # (J, N) most replicas of the job on the node (0 = not allowed)
+    node_class: np.ndarray  # (N,) class of each node (its GPU type)
+    allowed: np.ndarray  # (J, C) may the job use nodes of the class
     max_replicas: np.ndarray  # (J,)
     min_replicas: np.ndarray  # (J,)
     restart_factor: np.ndarray  # (J,) multiplier of the speedup when the job's allocation changes
@@ -47,192 +56,240 @@ class AllocationProblem:
     max_nodes: int = 16
 
     def __post_init__(self) -> None:
-        self.base = self.base.astype(np.int8)
-        self.cap = self.cap.astype(np.int8)
-        self._allowed_t = np.ascontiguousarray((self.cap > 0).T)  # (N, J)
-        self._jidx = np.arange(self.base.shape[0])[None, :]
+        self.node_caps = np.asarray(self.node_caps, dtype=np.int64)
+        self.node_class = np.asarray(self.node_class, dtype=np.intp)
+        self.allowed = np.asarray(self.allowed, dtype=bool)
+        self.num_jobs, self.num_nodes = self.allowed.shape[0], len(self.node_caps)
+        self.shape = (self.num_jobs, self.num_nodes)
+        self._num_classes = self.allowed.shape[1]
+        self._allowed_flat = self.allowed.reshape(-1).astype(np.int64)
         self._rmax = self.speedup.shape[2] - 1
+        b = self.base
+        self._base_nnz = np.bincount(b.job, minlength=self.num_jobs)
+        self._base_lookup = _CellLookup(b.job, b.node, b.count, self.num_nodes, self.num_jobs)
+        order = np.argsort(b.job, kind="stable")
+        self._base_sorted = (b.node[order], b.count[order])
+        self._base_ptr = np.zeros(self.num_jobs + 1, dtype=np.int64)
+        np.cumsum(self._base_nnz, out=self._base_ptr[1:])
+        cls_job, self._class_jobs = np.nonzero(self.allowed.T)  # jobs allowed on each class, class by class
+        per_class = np.bincount(cls_job, minlength=self.allowed.shape[1])
+        self._class_ptr = np.concatenate([[0], np.cumsum(per_class)])
+        self._allowed_on_node = per_class[self.node_class]
 
-    def evaluate(self, states: np.ndarray) -> np.ndarray:
-        """(P, 2) objectives of (P, J, N) states."""
-        reps = states.sum(axis=2, dtype=np.intp)
-        multi = (np.count_nonzero(states, axis=2) > 1).astype(np.intp)
-        sp = self.speedup[self._jidx, multi, np.minimum(reps, self._rmax)]
+    @classmethod
+    def from_dense(cls, speedup: np.ndarray, base: np.ndarray, node_caps: np.ndarray, cap: np.ndarray,
+                   max_replicas: np.ndarray, min_replicas: np.ndarray, restart_factor: np.ndarray, scale: float,
+                   max_nodes: int = 16) -> AllocationProblem:
+        """From a dense (J, N) current allocation and per-cell caps (each 0 or the node's GPUs)."""
+        from elastisched.policies.pollux.population import from_dense
+
+        cap = np.asarray(cap)
+        if ((cap != 0) & (cap != np.asarray(node_caps)[None, :])).any():
+            raise ValueError("cap: each cell must be 0 or its node's GPUs")
+        return cls(speedup, from_dense(np.asarray(base)[None]), np.asarray(node_caps), np.arange(len(node_caps)),
+                   cap > 0, np.asarray(max_replicas), np.asarray(min_replicas), np.asarray(restart_factor),
+                   scale, max_nodes)
+
+    def cell_cap(self, job: np.ndarray, node: np.ndarray) -> np.ndarray:
+        """Most replicas of the job on the node (0 = not allowed)."""
+        return self._allowed_flat[job * self._num_classes + self.node_class[node]] * self.node_caps[node]
+
+    def base_rows(self, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(index into `jobs`, node, count) of the current allocation's cells of those jobs."""
+        bn, bc = self._base_sorted
+        starts, lens = self._base_ptr[jobs], self._base_nnz[jobs]
+        offs = np.zeros(len(jobs) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        pos = np.repeat(starts - offs[:-1], lens) + np.arange(offs[-1])
+        return np.repeat(np.arange(len(jobs)), lens), bn[pos], bc[pos]
+
+    # ------------------------------------------------------------------ objectives
+    def evaluate(self, pop: Population) -> np.ndarray:
+        """(M, 2) objectives."""
+        m, nj = len(pop), self.num_jobs
+        st = pop.state
+        row = st * nj + pop.job
+        reps = np.bincount(row, weights=pop.count, minlength=m * nj).reshape(m, nj).astype(np.intp)
+        nnz = np.bincount(row, minlength=m * nj).reshape(m, nj)
+        same = self._base_lookup.get(pop.job, pop.node) == pop.count
+        match = np.bincount(row[same], minlength=m * nj).reshape(m, nj)
+        sp = self.speedup[np.arange(nj)[None, :], (nnz > 1).astype(np.intp), np.minimum(reps, self._rmax)]
         scaled = sp * self.scale
-        restart = (states != self.base).any(axis=2)
+        restart = (nnz != self._base_nnz) | (match != self._base_nnz)
         scaled = np.where(restart, scaled * self.restart_factor, scaled)
         mean = np.mean((scaled + 1e-3) ** P_NORM, axis=1) ** (1.0 / P_NORM)
-        active = states.any(axis=1)
-        total = (active * self.node_caps).sum(axis=1)
+        used = np.bincount(st * self.num_nodes + pop.node, minlength=m * self.num_nodes).reshape(m, -1) > 0
+        total = used @ self.node_caps
         util = np.where(total > 0, sp.sum(axis=1) / np.maximum(total, 1), 0.0)
         return np.column_stack([-mean, -util])
 
-    def crossover(self, a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        j = a.shape[1]
-        mask = (np.arange(j)[None, :] < rng.integers(j, size=(len(a), 1)))[:, :, None]
-        return np.concatenate([np.where(mask, b, a), np.where(mask, a, b)]).astype(np.int8)
+    def dense(self, pop: Population) -> np.ndarray:
+        return to_dense(pop, self.num_jobs, self.num_nodes)
 
-    def mutate(self, states: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    # ------------------------------------------------------------------ variation
+    def crossover(self, pop: Population, a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> Population:
+        """Children of parents a[k], b[k]: jobs below a random cut from one parent, the rest from the other."""
+        n = len(a)
+        cut = rng.integers(self.num_jobs, size=n)
+        pa, pb = take(pop, a), take(pop, b)
+        sa, sb = pa.state, pb.state
+        low_a, low_b = pa.job < cut[sa], pb.job < cut[sb]
+        parts = [(sb[low_b], pb, low_b), (sa[~low_a], pa, ~low_a), (n + sa[low_a], pa, low_a),
+                 (n + sb[~low_b], pb, ~low_b)]
+        return from_cells(np.concatenate([s for s, _, _ in parts]), np.concatenate([p.job[k] for _, p, k in parts]),
+                          np.concatenate([p.node[k] for _, p, k in parts]),
+                          np.concatenate([p.count[k] for _, p, k in parts]), 2 * n, self.shape)
+
+    def mutate(self, pop: Population, rng: np.random.Generator) -> Population:
         """The artifact's three mutation steps; randoms are drawn only where a step can act."""
-        p, j = states.shape[:2]
-        pi, ji = np.nonzero(rng.random((p, j), dtype=np.float32) < 0.1)
-        states[pi, ji] = self.base[ji]
-        pi, ji = np.nonzero(rng.random((p, j), dtype=np.float32) < 0.1)
-        if len(pi):
-            rows = states[pi, ji]
-            states[pi, ji] = np.where(rng.random(rows.shape, dtype=np.float32) < 0.1, 0, rows)
-        free = self.node_caps - states.sum(axis=1, dtype=np.int32)  # (P, N)
-        pf, nf = np.nonzero(free >= 1)
-        if not len(pf):
-            return states
-        col = states[pf, :, nf]  # (K, J): the jobs on each free node
-        allowed = self._allowed_t[nf]
-        on = (col > 0) & allowed
-        p1 = allowed / np.maximum(allowed.sum(axis=1, keepdims=True), 1).astype(np.float32)
-        p2 = on / np.maximum(on.sum(axis=1, keepdims=True), 1).astype(np.float32)
-        kk, jj = np.nonzero(rng.random(col.shape, dtype=np.float32) < p1 + p2 - p1 * p2)
-        if len(kk):
-            c = self.cap[jj, nf[kk]]
-            low = np.minimum(col[kk, jj], c)
-            col[kk, jj] = low + (rng.random(len(kk)) * (c - low + 1)).astype(states.dtype)
-            states[pf, :, nf] = col
-        return states
+        m, nj = len(pop), self.num_jobs
+        st = pop.state
+        reset = rng.random((m, nj), dtype=np.float32) < 0.1
+        keep = ~reset[st, pop.job]
+        ps, js = np.nonzero(reset)
+        k, bn, bc = self.base_rows(js)
+        pop = from_cells(np.concatenate([st[keep], ps[k]]), np.concatenate([pop.job[keep], js[k]]),
+                         np.concatenate([pop.node[keep], bn]), np.concatenate([pop.count[keep], bc]), m, self.shape)
+        st = pop.state
+        lose = rng.random((m, nj), dtype=np.float32) < 0.1
+        hit = np.flatnonzero(lose[st, pop.job])
+        if len(hit):  # a lost cell keeps a count of 0 until the raise step merges and compacts
+            pop.count[hit[rng.random(len(hit), dtype=np.float32) < 0.1]] = 0
+        return self._raise_free(pop, rng)
 
-    def repair(self, states: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Make states feasible. Column fixes touch only the (state, node) pairs that break a rule."""
-        states = np.minimum(states, self.cap)
-        # interference avoidance: at most one distributed job per node (the first in job order)
-        distributed = np.count_nonzero(states, axis=2) > 1
-        on = (states > 0) & distributed[:, :, None]
-        pi, ni = np.nonzero(on.sum(axis=1) > 1)
-        if len(pi):
-            cols = states[pi, :, ni]
-            states[pi, :, ni] = np.where(np.cumsum(on[pi, :, ni], axis=1) > 1, 0, cols)
-        # per-job replica cap and node-count limit, over a random node order
-        bad = ((states.sum(axis=2, dtype=np.int32) > self.max_replicas)
-               | (np.count_nonzero(states, axis=2) > self.max_nodes))
-        if bad.any():
-            pi, ji = np.nonzero(bad)
-            rows = states[pi, ji]  # (K, N)
-            shuffle = np.argsort(rng.random(rows.shape), axis=1)
-            rows = np.take_along_axis(rows, shuffle, axis=1)
-            rows = np.diff(np.minimum(np.cumsum(rows, axis=1, dtype=np.int32), self.max_replicas[ji, None]), axis=1,
-                           prepend=0)
-            keep = np.diff(np.minimum(np.cumsum(rows > 0, axis=1), self.max_nodes), axis=1, prepend=0) > 0
-            rows = np.where(keep, rows, 0)
-            out = np.empty_like(rows)
-            np.put_along_axis(out, shuffle, rows, axis=1)
-            states[pi, ji] = out
-        # node capacity, earlier jobs first
-        pi, ni = np.nonzero(states.sum(axis=1, dtype=np.int32) > self.node_caps)
-        if len(pi):
-            cols = np.cumsum(states[pi, :, ni], axis=1, dtype=np.int32)
-            states[pi, :, ni] = np.diff(np.minimum(cols, self.node_caps[ni, None]), axis=1, prepend=0)
-        short = states.sum(axis=2, dtype=np.int32) < self.min_replicas
-        if short.any():
-            states[short] = 0
-        return states.astype(np.int8, copy=False)
+    def _raise_free(self, pop: Population, rng: np.random.Generator) -> Population:
+        """Step 3: on every (state, node) with free GPUs, raise each allowed job's cell with p₁ + p₂ − p₁p₂,
+        drawn as two lotteries: p₁ over every allowed job, p₂ over the jobs on the node (raised if either)."""
+        m, nn = len(pop), self.num_nodes
+        st = pop.state
+        pk = st * nn + pop.node
+        free = self.node_caps[None, :] - np.bincount(pk, weights=pop.count, minlength=m * nn).reshape(m, nn)
+        fp, fnode = np.nonzero(free >= 1)
+        if not len(fp):
+            return pop
+        pair = np.full(m * nn, -1, dtype=np.intp)
+        pair[fp * nn + fnode] = np.arange(len(fp))
+        cap = self.cell_cap(pop.job, pop.node)
+        cell_pair = pair[pk]
+        on_cell = (cell_pair >= 0) & (cap > 0) & (pop.count > 0)
+        on = np.bincount(cell_pair[on_cell], minlength=len(fp))
+        n_allowed = self._allowed_on_node[fnode]
+        p1 = (1.0 / np.maximum(n_allowed, 1)).astype(np.float32) * (n_allowed > 0)
+        idx = np.flatnonzero(on_cell)
+        raised = np.zeros(len(pk), dtype=bool)
+        raised[idx[rng.random(len(idx), dtype=np.float32) < 1.0 / np.maximum(on[cell_pair[idx]], 1)]] = True
+        pairs, jobs = self._lottery(fnode, n_allowed, p1, rng)
+        key = (fp[pairs] * nn + fnode[pairs]) * self.num_jobs + jobs
+        keys = cell_keys(st, pop.job, pop.node, self.shape)
+        pos = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
+        found = (pos < len(keys)) & (keys[pos] == key) if len(keys) else np.zeros(len(key), dtype=bool)
+        raised[pos[found]] = True
+        count = pop.count.copy()
+        up = np.flatnonzero(raised)
+        low = np.minimum(count[up], cap[up])
+        count[up] = low + (rng.random(len(up)) * (cap[up] - low + 1)).astype(np.int64)
+        new_pair, new_job = pairs[~found], jobs[~found]
+        new_node = fnode[new_pair]
+        value = (rng.random(len(new_pair)) * (self.cell_cap(new_job, new_node) + 1)).astype(np.int64)
+        return from_cells(np.concatenate([st, fp[new_pair]]), np.concatenate([pop.job, new_job]),
+                          np.concatenate([pop.node, new_node]), np.concatenate([count, value]), m, self.shape)
 
-
-def nondominated_rank(f: np.ndarray) -> np.ndarray:
-    """Pareto rank (0 = non-dominated) of points with two minimised objectives; equal points share a rank."""
-    order = np.lexsort((f[:, 1], f[:, 0]))
-    rank = np.empty(len(f), dtype=np.intp)
-    tails: list[float] = []  # smallest f2 in each front so far (non-decreasing over fronts)
-    tail_pt: list[tuple[float, float]] = []
-    for i, a, b in zip(order.tolist(), f[order, 0].tolist(), f[order, 1].tolist(), strict=True):
-        k = bisect_right(tails, b)
-        if k and tail_pt[k - 1] == (a, b):  # a duplicate joins the front of its twin
-            k -= 1
-        if k == len(tails):
-            tails.append(b)
-            tail_pt.append((a, b))
-        else:
-            tails[k] = b
-            tail_pt[k] = (a, b)
-        rank[i] = k
-    return rank
-
-
-def crowding(f: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """NSGA-II crowding distance within each front (boundary points and fronts of ≤ 2: infinite)."""
-    order = np.lexsort((-f[:, 1], f[:, 0], rank))
-    r, a, b = rank[order], f[order, 0], f[order, 1]
-    n = len(f)
-    first = np.ones(n, dtype=bool)
-    first[1:] = r[1:] != r[:-1]
-    last = np.ones(n, dtype=bool)
-    last[:-1] = r[1:] != r[:-1]
-    starts = np.flatnonzero(first)
-    ends = np.flatnonzero(last)
-    size = np.repeat(ends - starts + 1, ends - starts + 1)
-    span_a = np.repeat(a[ends] - a[starts], ends - starts + 1)
-    span_b = np.repeat(np.abs(b[starts] - b[ends]), ends - starts + 1)
-    prev_a, next_a = np.roll(a, 1), np.roll(a, -1)
-    prev_b, next_b = np.roll(b, 1), np.roll(b, -1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        d = (np.where(span_a > 0, (next_a - prev_a) / span_a, 0.0)
-             + np.where(span_b > 0, np.abs(prev_b - next_b) / span_b, 0.0)) / 2
-    d = np.where(first | last | (size <= 2), np.inf, d)
-    out = np.empty(n)
-    out[order] = d
-    return out
-
-
-def _unique_new(x: np.ndarray, seen: set[bytes]) -> np.ndarray:
-    keep = []
-    for i, row in enumerate(x.reshape(len(x), -1)):
-        key = row.tobytes()
-        if key not in seen:
-            seen.add(key)
-            keep.append(i)
-    return x[keep]
-
-
-def search(problem: AllocationProblem, init: np.ndarray, rng: np.random.Generator, pop_size: int = 100,
-           n_gen: int = 100, max_mating_rounds: int = 10, patience: int | None = None,
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """Run NSGA-II; return (non-dominated states (K, J, N), their objectives (K, 2)).
-
-    `patience`: stop early once the best first objective has not improved for that many generations
-    (None: always `n_gen` generations, as the artifact).
-    """
-    seen: set[bytes] = set()
-    pop = _unique_new(problem.repair(np.minimum(init, 127).astype(np.int8), rng), seen)
-    f = problem.evaluate(pop)
-    rank = nondominated_rank(f)
-    crowd = crowding(f, rank)
-    n_match = (pop_size + 1) // 2
-    best, stale = float(f[:, 0].min()), 0
-    for _ in range(n_gen - 1):
-        if patience is not None and stale >= patience:
-            break
-        kids: list[np.ndarray] = []
-        n_kids = 0
-        for _ in range(max_mating_rounds):
-            picks = np.concatenate([rng.permutation(len(pop)) for _ in range(-(-4 * n_match // len(pop)))])
-            picks = picks[: 4 * n_match].reshape(2 * n_match, 2)
-            a, b = picks[:, 0], picks[:, 1]
-            better = np.where(rank[a] != rank[b], rank[a] < rank[b],
-                              np.where(crowd[a] != crowd[b], crowd[a] > crowd[b], rng.random(len(a)) < 0.5))
-            parents = np.where(better, a, b).reshape(n_match, 2)
-            off = problem.crossover(pop[parents[:, 0]], pop[parents[:, 1]], rng)
-            off = _unique_new(problem.repair(problem.mutate(off, rng), rng), seen)
-            kids.append(off)
-            n_kids += len(off)
-            if n_kids >= pop_size:
+    def _lottery(self, fnode: np.ndarray, n_allowed: np.ndarray, p1: np.ndarray, rng: np.random.Generator
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """(free pair, job) drawn with probability p₁ for each job allowed on the pair's node: how many per
+        pair is binomial, which ones uniform without repetition (a repeat is drawn again)."""
+        pairs = np.repeat(np.arange(len(fnode)), rng.binomial(n_allowed, p1.astype(np.float64)))
+        jobs = np.empty(len(pairs), dtype=np.intp)
+        start = self._class_ptr[self.node_class[fnode[pairs]]]
+        lens = self._allowed_on_node[fnode[pairs]]
+        first = np.searchsorted(pairs, pairs)  # pairs come sorted: a pair's draws sit side by side
+        rank = np.arange(len(pairs)) - first
+        todo = np.arange(len(pairs))
+        for _ in range(MAX_REDRAWS):
+            if not len(todo):
                 break
-        off = np.concatenate(kids)[:pop_size]
-        if len(off):
-            pop = np.concatenate([pop, off])
-            f = np.concatenate([f, problem.evaluate(off)])
-            rank = nondominated_rank(f)
-            crowd = crowding(f, rank)
-            if len(pop) > pop_size:
-                keep = np.lexsort((rng.random(len(pop)), -crowd, rank))[:pop_size]
-                pop, f, rank, crowd = pop[keep], f[keep], rank[keep], crowd[keep]
-                seen = {row.tobytes() for row in pop.reshape(len(pop), -1)}
-        now = float(f[:, 0].min())
-        best, stale = min(best, now), (0 if now < best - 1e-12 else stale + 1)
-    front = rank == 0
-    return pop[front], f[front]
+            jobs[todo] = self._class_jobs[start[todo] + (rng.random(len(todo)) * lens[todo]).astype(np.intp)]
+            dup = np.zeros(len(pairs), dtype=bool)
+            for d in range(1, int(rank.max(initial=0)) + 1):  # a repeat of an earlier draw of the same pair
+                dup[d:] |= (rank[d:] >= d) & (jobs[d:] == jobs[:-d])
+            todo = np.flatnonzero(dup)
+        ok = np.ones(len(pairs), dtype=bool)
+        ok[todo] = False
+        return pairs[ok], jobs[ok]
+
+    # ------------------------------------------------------------------ repair
+    def repair(self, pop: Population, rng: np.random.Generator) -> Population:
+        """Make states feasible. Each fix sets counts (0 = cell gone) and touches only the cells of the
+        (state, node) or (state, job) pairs that break its rule; the cells are compacted once at the end."""
+        m, nj, nn = len(pop), self.num_jobs, self.num_nodes
+        st = pop.state
+        row, pk = st * nj + pop.job, st * nn + pop.node
+        count = np.minimum(pop.count, self.cell_cap(pop.job, pop.node))
+        self._one_distributed_per_node(count, row, pk, m)
+        self._job_limits(count, row, pop.job, m, rng)
+        self._node_capacity(count, pk, pop.node, m)
+        reps = np.bincount(row, weights=count, minlength=m * nj)
+        count[reps[row] < self.min_replicas[pop.job]] = 0
+        return keep_cells(Population(pop.ptr, pop.job, pop.node, count), count > 0, st)
+
+    def _one_distributed_per_node(self, count: np.ndarray, row: np.ndarray, pk: np.ndarray, m: int) -> None:
+        """A node keeps only its first distributed job (cells of a node come in job order)."""
+        on = count > 0
+        idx = np.flatnonzero(on & (np.bincount(row[on], minlength=m * self.num_jobs)[row] > 1))
+        later = np.zeros(len(idx), dtype=bool)
+        later[1:] = pk[idx[1:]] == pk[idx[:-1]]
+        count[idx[later]] = 0
+
+    def _job_limits(self, count: np.ndarray, row: np.ndarray, job: np.ndarray, m: int,
+                    rng: np.random.Generator) -> None:
+        """Per job: at most its replica cap and `max_nodes` nodes, over a random order of its nodes."""
+        reps = np.bincount(row, weights=count, minlength=m * self.num_jobs)
+        nnz = np.bincount(row[count > 0], minlength=m * self.num_jobs)
+        idx = np.flatnonzero(((reps[row] > self.max_replicas[job]) | (nnz[row] > self.max_nodes)) & (count > 0))
+        if not len(idx):
+            return
+        idx = idx[np.argsort((row[idx] << 30) | rng.integers(1 << 30, size=len(idx)))]  # random node order per row
+        g, c = row[idx], count[idx]
+        cs = grouped_cumsum(c, g)
+        upto = np.minimum(cs, self.max_replicas[job[idx]])
+        new = upto - np.minimum(cs - c, upto)
+        nodes = grouped_cumsum((new > 0).astype(np.int64), g)
+        count[idx] = np.where(nodes <= self.max_nodes, new, 0)
+
+    def _node_capacity(self, count: np.ndarray, pk: np.ndarray, node: np.ndarray, m: int) -> None:
+        """Per node: earlier jobs first up to its GPUs (cells of a node come in job order)."""
+        used = np.bincount(pk, weights=count, minlength=m * self.num_nodes)
+        idx = np.flatnonzero(used[pk] > self.node_caps[node])
+        if not len(idx):
+            return
+        c = count[idx]
+        cs = grouped_cumsum(c, pk[idx])
+        upto = np.minimum(cs, self.node_caps[node[idx]])
+        count[idx] = upto - np.minimum(cs - c, upto)
+
+
+class _CellLookup:
+    """Value of (job, node) in one sparse state (0 where absent): a dense table when jobs × nodes is small
+    enough, else a binary search."""
+
+    DENSE_MAX = 1 << 24
+
+    def __init__(self, job: np.ndarray, node: np.ndarray, count: np.ndarray, num_nodes: int,
+                 num_jobs: int) -> None:
+        self.num_nodes = num_nodes
+        key = job.astype(np.int64) * num_nodes + node
+        self.table: np.ndarray | None = None
+        if num_jobs * num_nodes <= self.DENSE_MAX:
+            self.table = np.zeros(num_jobs * num_nodes, dtype=np.int64)
+            self.table[key] = count
+        order = np.argsort(key)
+        self.keys, self.values = key[order], count[order]
+
+    def get(self, job: np.ndarray, node: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[job * self.num_nodes + node]  # type: ignore[no-any-return]
+        if not len(self.keys):
+            return np.zeros(len(job), dtype=np.int64)
+        key = job.astype(np.int64) * self.num_nodes + node
+        pos = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+        return np.where(self.keys[pos] == key, self.values[pos], 0)

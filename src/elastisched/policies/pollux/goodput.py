@@ -25,6 +25,8 @@ autograd); L-BFGS-B from the artifact's starting point.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from elastisched.models.throughput import PolluxParams
@@ -85,6 +87,36 @@ class GoodputFunction:
         best = np.argmax(good, axis=0)
         cols = np.arange(good.shape[1])
         return good[best, cols], atomic[best, cols], accum[best, cols]
+
+
+def optimize_many(fns: list[GoodputFunction], apps: list[Any], which: np.ndarray, num_nodes: np.ndarray,
+                  num_replicas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`GoodputFunction.optimize` for many jobs at once: query k asks job `which[k]` (its goodput function
+    `fns[...]`, its application's batch limits `apps[...]`) about (`num_nodes[k]`, `num_replicas[k]`).
+    Returns the best (goodput, atomic batch, accumulation steps) per query, by the same arithmetic."""
+    which = np.asarray(which, dtype=np.intp)
+    cols = np.array([[f.perf.alpha_c, f.perf.beta_c, f.perf.alpha_n, f.perf.beta_n, f.perf.alpha_r, f.perf.beta_r,
+                      f.perf.gamma, f.grad_sqr, f.grad_var, f.init_batch_size, a.max_batch_size, a.min_local_bsz,
+                      a.max_local_bsz] for f, a in zip(fns, apps, strict=True)], dtype=float)[which].T
+    perf = PolluxParams(*cols[:7])  # array-valued fields: the one formula, broadcast over the queries
+    sqr, var, init, max_batch, lo, hi = cols[7:]
+    nodes, reps = np.asarray(num_nodes, dtype=float), np.asarray(num_replicas, dtype=float)
+    batch = np.geomspace(np.maximum(init, lo * reps), max_batch, NUM_BATCH_CANDIDATES)  # (50, K)
+    local = batch / reps
+    accum = np.ceil(local / hi - EPS) - 1
+    accum = np.where((reps == 1) & (local > init + EPS), np.maximum(accum, 1), accum).astype(int)
+    atomic = np.ceil(local / (accum + 1) - EPS).astype(int)
+    ta = perf.compute_time(atomic.astype(float))
+    to = perf.step_time(ta, perf.network_time(nodes, reps, "artifact"), "artifact")  # type: ignore[arg-type]
+    total = reps * atomic * (accum + 1)
+    scale = total / init
+    denom = var / scale + sqr
+    gain = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+    good = total / (accum * ta + to) * (gain / scale)
+    good = np.where((lo <= atomic) & (atomic <= hi), good, 0.0)
+    best = np.argmax(good, axis=0)
+    k = np.arange(good.shape[1])
+    return good[best, k], atomic[best, k], accum[best, k]
 
 
 def speedup_table(fn: GoodputFunction, max_replicas: int, max_batch_size: int, atomic_bsz_range: tuple[int, int],

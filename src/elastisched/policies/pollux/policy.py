@@ -28,6 +28,17 @@ Differences: the artifact re-optimises after every epoch boundary inside a 60 s 
 round. Heterogeneity: a job may use any node of a type it allows and its profile
 covers; the step time it measures on a mixed placement is the slowest type's (what the simulator runs).
 
+At cluster scale (issue 22): the search runs on sparse states (`policies/pollux/population.py`), seeded with
+the previous round's front; what the policy learns per job is kept across rounds and recomputed only for
+jobs that changed, tables and batch sizes for all of them at once (`policies/pollux/beliefs.py`); and
+`budget_s` (ours, default None = unbounded) bounds a round's CPU time: fits take at most half of it (a job
+left unfitted keeps its previous fit for the round), the search stops at the budget with the best state
+found so far (`policies/pollux/nsga.py`). A budget that binds makes a run depend on the machine's speed.
+`quiet_s` (ours, default None = off) lets a round skip the search when nothing structural changed since the
+last one (no job arrived, left, moved or restarted; everything measured and fitted) for up to `quiet_s`
+seconds; such a round only re-optimises running jobs' batches in place. Both are for traces too long to
+search every minute (docs/scale.md); the reproductions run without them.
+
 `unaware=True` is Pollux as Sia's artifact runs it on a heterogeneous cluster (siasosp23/artifacts
 `sia-simulator/multi_simulator_unaware.py`, `cluster_unaware.py`, `job.py` with `h_unaware`; read, not copied):
 every node is cut into virtual nodes of the smallest node's GPU count (Sia's cluster: 16 × 4), the search
@@ -43,6 +54,7 @@ built from real node ids); the batch range is the job's own (the artifact takes 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -50,21 +62,29 @@ import numpy as np
 
 from elastisched.core.types import Allocation, ClusterSnapshot, Decision, JobView, PendingReason
 from elastisched.models.application import Application
-from elastisched.models.throughput import PolluxParams
 from elastisched.policies._common import job_model
 from elastisched.policies.base import Policy, PolicyContext, register
-from elastisched.policies.pollux.ga import AllocationProblem, search
-from elastisched.policies.pollux.goodput import GoodputFunction, fit_perf_params, speedup_table
+from elastisched.policies.pollux.arrays import (
+    allowed_types,
+    by_attained_service,
+    current_cells,
+    restart_factors,
+    rows_of,
+)
+from elastisched.policies.pollux.beliefs import PolluxBeliefs
+from elastisched.policies.pollux.ga import AllocationProblem
+from elastisched.policies.pollux.goodput import GoodputFunction
+from elastisched.policies.pollux.nsga import search
+from elastisched.policies.pollux.population import Population, from_cells, from_dense, take, to_dense
+from elastisched.policies.pollux.unaware import VRows, devirtualise, virtual_base, virtual_nodes
 
-RESTART_DELAY = 30.0  # seconds the restart factor charges per restart (artifact `delay = 30`)
 MAX_REPLICAS = 64  # artifact: "simulator can't handle more"
-#: unaware mode: which type a job spread over several keeps when two types tie (artifact priority order)
-TIE_ORDER = ("a100", "rtx", "t4")
 NCF_BATCH = 32768  # artifact: ncf jobs under Pollux train at this fixed global batch, on one GPU
 #: a round's search stops once its best fitness has not improved for this many generations (None: always
 #: `generations`, as the artifact); the search is warm-started, so it converges early in most rounds
 PATIENCE = 10
-Obs = dict[tuple[int, int, int], tuple[float, float]]
+FIT_SHARE = 0.5  # with a budget: the share of it a round may spend fitting step-time models
+SEARCH_SHARE = 0.9  # ... and the share by which the search stops (the rest: batch sizes and the decision)
 
 
 @register
@@ -83,37 +103,46 @@ class PolluxPolicy(Policy):
         "patience": "stop a round's search after this many generations without improvement (none: always all "
             "generations)",
         "unaware": "heterogeneity-unaware, as Sia's artifact runs Pollux",
+        "budget_s": "CPU seconds a round may spend before it returns the best found so far (none: unbounded)",
+        "quiet_s": "skip the search for up to this long while nothing structural changed (none: never skip)",
     }
 
     def __init__(self, pop_size: int = 100, generations: int = 100, max_nodes: int = 16,
-                 patience: int | None = PATIENCE, unaware: bool = False) -> None:
+                 patience: int | None = PATIENCE, unaware: bool = False, budget_s: float | None = None,
+                 quiet_s: float | None = None) -> None:
+        for opt, v in (("budget_s", budget_s), ("quiet_s", quiet_s)):
+            if v is not None and not v > 0:
+                raise ValueError(f"pollux: {opt} must be > 0 seconds or None, got {v!r}")
+        self.budget_s, self.quiet_s = budget_s, quiet_s
+        self._last: tuple[float, Any, dict[str, tuple[Any, ...]]] | None = None  # last search: time, nodes, jobs
+        self._node_class: tuple[Any, list[str], np.ndarray] | None = None  # (nodes, GPU types, type per node)
+        self._search_stats: dict[str, float | str] = {}  # the last search's (carries the CPU a child costs)
         self.unaware = unaware
-        self._vrows: dict[str, dict[str, int]] = {}  # unaware: job → its GPUs per virtual node last round
+        self._vrows: VRows = {}
         self.pop_size = pop_size
         self.generations = generations
         self.patience = patience
         self.max_nodes = max_nodes
-        self._obs: dict[str, Obs] = {}  # job → observed configurations
-        self._grad: dict[str, tuple[float, float]] = {}  # job → (grad_sqr, grad_var) last measured
-        self._fits: dict[tuple[Any, ...], PolluxParams] = {}  # memo: (app, observations) → fitted params
-        self._prev: tuple[np.ndarray, list[str], list[str]] | None = None  # last front, its jobs, nodes
-        self._tables: dict[str, tuple[tuple[Any, ...], np.ndarray]] = {}  # job → (inputs, speedup table)
+        self.beliefs = PolluxBeliefs()
+        self._prev: tuple[Population, list[str], list[str]] | None = None  # last front, its jobs, nodes
 
     # ------------------------------------------------------------------ learning from what jobs ran
-    def _observe(self, snap: ClusterSnapshot, job: JobView, app: Application, types: Mapping[str, str]) -> None:
-        """Record the configuration a running job has run at since its last (re)start (artifact `update_params`)."""
+    def _observe(self, snap: ClusterSnapshot, job: JobView, app: Application, types: Mapping[str, str]) -> bool:
+        """Record the configuration a running job has run at since its last (re)start (artifact `update_params`);
+        False while it is still paying its restart."""
         a = job.allocation
         started = job.last_resize_time if job.last_resize_time is not None else job.start_time
         if not a.placement or job.batch_size <= 0 or started is None or snap.now < started + app.restart_cost:
-            return
+            return False
         shape = tuple(g for _, g in a.placement)
         cfg = app.batch_config(a.gpus, job.batch_size)
         steps = [app.model(t).step_sync(shape, float(cfg.micro_batch))
                  for t in {types[n] for n in a.nodes if n in types}]
         step, sync = max(steps)
         key = (len(shape), a.gpus, cfg.micro_batch)
-        self._obs.setdefault(job.job_id, {}).setdefault(key, (step - sync, step))
-        self._grad[job.job_id] = self.grad_stats(job, app)
+        self.beliefs.obs.setdefault(job.job_id, {}).setdefault(key, (step - sync, step))
+        self.beliefs.grad[job.job_id] = self.grad_stats(job, app)
+        return True
 
     @staticmethod
     def grad_stats(job: JobView, app: Application) -> tuple[float, float]:
@@ -125,82 +154,106 @@ class PolluxPolicy(Policy):
             return float(sqr), float(trace) / app.init_batch_size
         return app.efficiency.grad_stats(job.batch_size, job.epoch)  # type: ignore[no-any-return]
 
-    def _perf(self, app: Application, obs: Obs) -> PolluxParams:
-        key = (app.name, tuple(sorted(obs.items())))
-        p = self._fits.get(key)
-        if p is None:
-            if len(self._fits) > 20000:
-                self._fits.clear()
-            k = sorted(obs)
-            v = [obs[x] for x in k]
-            p = self._fits[key] = fit_perf_params([x[0] for x in k], [x[1] for x in k], [x[2] for x in k],
-                                                  [x[0] for x in v], [x[1] for x in v])
-        return p
-
     def goodput_fn(self, job: JobView, app: Application) -> GoodputFunction | None:
-        """The job's believed goodput, or None before it has run (no measurements yet)."""
-        obs = self._obs.get(job.job_id)
-        grad = self._grad.get(job.job_id)
-        if not obs or grad is None:
-            return None
-        return GoodputFunction(self._perf(app, obs), grad[0], grad[1], app.init_batch_size)
+        """The job's believed goodput (fitted to all it has reported), or None before it has run."""
+        self.beliefs.belief(job.job_id)
+        self.beliefs.refit([job], {job.job_id: app}, None)
+        return self.beliefs.goodput_fn(job.job_id, app)
+
+    def _learn(self, snap: ClusterSnapshot, ctx: PolicyContext) -> dict[str, Application | None]:
+        """Observe the jobs whose inputs changed or are not yet measured (`_inputs`: a job refreshed only in its
+        progress has nothing new to report); returns each job's performance model."""
+        types = snap.node_set.gpu_type
+        apps: dict[str, Application | None] = {}
+        for jid, job in snap.jobs.items():
+            b = self.beliefs.belief(jid)
+            sig = _inputs(job)
+            if b.view is None or not _same(sig, b.sig):
+                b.view, b.sig, b.observed, b.app = job, sig, False, job_model(job, ctx)
+            app = apps[jid] = b.app
+            if not b.observed and app is not None and job.allocation.placement:
+                b.observed = self._observe(snap, job, app, types)
+        return apps
+
+    def _quiet(self, snap: ClusterSnapshot) -> bool:
+        """With `quiet_s`: whether this round may skip the search — nothing structural changed since the last
+        search (the same nodes and jobs, each with the same allocation, restarts and spec; everything measured
+        and fitted), and that search is younger than `quiet_s`. Epochs still move gradient statistics: a quiet
+        round re-optimises batches in place (`_in_place`)."""
+        last = self._last
+        if self.quiet_s is None or last is None or snap.now - last[0] >= self.quiet_s or snap.nodes is not last[1] \
+                or len(snap.jobs) != len(last[2]) or self.beliefs.deferred:
+            return False
+        jobs = self.beliefs.jobs
+        for jid, job in snap.jobs.items():
+            b, had = jobs.get(jid), last[2].get(jid)
+            if b is None or had is None or not _same(_structure(job), had) or b.want_key is not b.fit_key or (
+                    not b.observed and b.app is not None and job.allocation.placement):
+                return False
+        return True
+
+    def _in_place(self, snap: ClusterSnapshot, apps: dict[str, Application | None]) -> Decision:
+        """A quiet round: every job keeps its GPUs; a running one's batch follows its goodput (artifact: every
+        step)."""
+        plan = {jid: (j, [], True) for jid, j in snap.jobs.items() if j.allocation.placement}
+        fns = {jid: self.beliefs.goodput_fn(jid, app) if (app := apps[jid]) is not None else None for jid in plan}
+        batch = self._batches(plan, apps, fns)  # type: ignore[arg-type]
+        allocs: dict[str, Allocation] = {}
+        for jid, (job, _, _) in plan.items():
+            cur, b = job.allocation, batch[jid]
+            same = b is None or b == cur.batch_size or fns[jid] is None
+            allocs[jid] = cur if same else Allocation(placement=cur.placement, batch_size=b)
+        return Decision(allocs, {jid: PendingReason.NOT_SELECTED for jid in snap.jobs if jid not in allocs})
 
     # ------------------------------------------------------------------ the round
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
-        types = snap.node_set.gpu_type
-        self._forget_finished(snap)
+        t0 = time.thread_time()
         if not snap.jobs or not snap.nodes:
+            self.beliefs.forget(live=set(snap.jobs))
             return Decision({}, {jid: PendingReason.RESOURCES for jid in snap.jobs})
-        apps = {jid: job_model(j, ctx) for jid, j in snap.jobs.items()}
-        for jid, job in snap.jobs.items():
-            app = apps[jid]
-            if app is not None and job.allocation.placement:
-                self._observe(snap, job, app, types)
-        jobs = sorted(snap.jobs.values(), key=lambda j: (j.attained(snap.now), j.spec.submit_time))
+        self.beliefs.forget(live=set(snap.jobs))
+        apps = self._learn(snap, ctx)
+        if self._quiet(snap):
+            return self._in_place(snap, apps)
+        jobs = by_attained_service(snap)
         ids = [j.job_id for j in jobs]
-        node_ids, owner, caps, ntype, limit = self._search_nodes(snap, types)
+        self.beliefs.refit(jobs, apps, None if self.budget_s is None else t0 + FIT_SHARE * self.budget_s)
+        fns = {job.job_id: self.beliefs.goodput_fn(job.job_id, app) if (app := apps[job.job_id]) is not None
+               else None for job in jobs}
+        node_ids, owner, caps, ntype, limit = self._search_nodes(snap)
         total = int(caps.sum())
-        fair_reps = math.ceil(total / len(jobs))
-        fair_nodes = math.ceil(len(node_ids) / total)
-        fns = {job.job_id: self.goodput_fn(job, app) if (app := apps[job.job_id]) is not None else None
-               for job in jobs}
+        fair_reps, fair_nodes = math.ceil(total / len(jobs)), math.ceil(len(node_ids) / total)
         maxr = np.array([self._max_replicas(job, apps[job.job_id], limit) for job in jobs], dtype=np.int64)
         minr = np.array([job.spec.min_gpus if job.spec.elastic else 0 for job in jobs], dtype=np.int64)
-        cap = _allowed_gpus(jobs, apps, node_ids, caps, ntype, set(types.values()))
-        table = self._speedups(jobs, apps, fns, maxr, fair_nodes, fair_reps)
+        classes, node_class = self._classes(snap, node_ids, ntype)
+        table = self.beliefs.speedups(jobs, apps, fns, maxr, fair_nodes, fair_reps)
         real_ids = [n.node_id for n in snap.nodes]
-        real_base = _current_rows(jobs, real_ids)
-        base_state = self._virtual_base(jobs, node_ids, owner, caps) if self.unaware else real_base
-        age = np.array([max(snap.now - j.spec.submit_time, 0.0) for j in jobs])
-        restarts = np.array([j.num_restarts for j in jobs], dtype=float)
-        factor = np.maximum(age - restarts * RESTART_DELAY, 0.0) / (age + RESTART_DELAY)
-        problem = AllocationProblem(table, base_state, caps, cap, maxr, minr, factor, len(node_ids) / total,
-                                    self.max_nodes)
-        states, values = search(problem, self._initial(base_state, ids, node_ids), ctx.rng, self.pop_size,
-                                self.generations, patience=self.patience)
+        real_base = current_cells(jobs, real_ids)
+        base = (from_dense(virtual_base(self._vrows, jobs, node_ids, owner, caps)[None]) if self.unaware
+                else real_base)
+        problem = AllocationProblem(table, base, caps, node_class, allowed_types(jobs, apps, classes), maxr, minr,
+                                    restart_factors(jobs, snap.now), len(node_ids) / total, self.max_nodes)
+        left = None if self.budget_s is None else max(SEARCH_SHARE * self.budget_s - (time.thread_time() - t0), 0.0)
+        stats = self._search_stats
+        states, values = search(problem, self._initial(base, ids, node_ids), ctx.rng, self.pop_size,
+                                self.generations, patience=self.patience, budget_s=left, stats=stats)
         self._prev = (states, ids, node_ids)
-        best = states[int(np.argmin(values[:, 0]))]
+        self._last = (snap.now, snap.nodes, {j.job_id: _structure(j) for j in jobs})
+        best = take(states, np.array([int(np.argmin(values[:, 0]))]))
         if self.unaware:
-            best = self._devirtualise(best, ids, node_ids, owner, ntype, real_ids)
+            real, self._vrows = devirtualise(to_dense(best, len(ids), len(node_ids))[0], ids, node_ids, owner, ntype,
+                                             real_ids)
+            best = from_dense(real[None])
         return self._decision(snap, jobs, best, real_base, real_ids, apps, fns)
 
-    def _forget_finished(self, snap: ClusterSnapshot) -> None:
-        """Drop the speedup tables, observations and gradient statistics of jobs no longer in the cluster."""
-        live = set(snap.jobs)
-        for jid in [j for j in self._tables if j not in live]:
-            self._tables.pop(jid, None)
-        for jid in [j for j in self._obs if j not in live]:
-            self._obs.pop(jid, None)
-            self._grad.pop(jid, None)
-
-    def _search_nodes(self, snap: ClusterSnapshot, types: Mapping[str, str]
-                      ) -> tuple[list[str], dict[str, str], np.ndarray, dict[str, str], int]:
+    def _search_nodes(self, snap: ClusterSnapshot) -> tuple[list[str], dict[str, str], np.ndarray, dict[str, str], int]:
         """The nodes the search runs over (real ones, or virtual ones when `unaware`): (ids, real node of each
         virtual one, GPUs, GPU type, most GPUs a job may hold)."""
+        types = snap.node_set.gpu_type
         if not self.unaware:
             caps = np.array([n.num_gpus for n in snap.nodes], dtype=np.int64)
-            return [n.node_id for n in snap.nodes], {}, caps, types, int(caps.sum())
-        vnodes = self._virtual_nodes(snap)
+            return [n.node_id for n in snap.nodes], {}, caps, dict(types), int(caps.sum())
+        vnodes = virtual_nodes(snap)
         node_ids, owner = [v[0] for v in vnodes], {v[0]: v[1] for v in vnodes}
         caps = np.array([v[2] for v in vnodes], dtype=np.int64)
         per_type: dict[str, int] = {}
@@ -208,84 +261,16 @@ class PolluxPolicy(Policy):
             per_type[n.gpu_type] = per_type.get(n.gpu_type, 0) + n.num_gpus
         return node_ids, owner, caps, {v: types[owner[v]] for v in node_ids}, min(per_type.values())
 
-    def _speedups(self, jobs: list[JobView], apps: dict[str, Application | None],
-                  fns: dict[str, GoodputFunction | None], maxr: np.ndarray, fair_nodes: int, fair_reps: int
-                  ) -> np.ndarray:
-        """Speedup of each job on 0..max replicas (jobs × {1 node, more} × replicas), kept per job while its
-        goodput inputs stay the same; a job without a goodput model scales linearly."""
-        rmax = int(maxr.max())
-        table = np.zeros((len(jobs), 2, rmax + 1))
-        for i, job in enumerate(jobs):
-            fn, app = fns[job.job_id], apps[job.job_id]
-            if fn is None or app is None:
-                table[i, :, :] = np.arange(rmax + 1) / fair_reps
-                continue
-            key = (fn.perf, fn.grad_sqr, fn.grad_var, fair_nodes, fair_reps, int(maxr[i]))
-            hit = self._tables.get(job.job_id)
-            if hit is None or hit[0] != key:
-                rng_b = (app.min_local_bsz, app.max_local_bsz)
-                base = float(fn.optimize(fair_nodes, fair_reps, app.max_batch_size, rng_b)[0][0])
-                hit = self._tables[job.job_id] = (key, speedup_table(fn, int(maxr[i]), app.max_batch_size, rng_b,
-                                                                     base))
-            table[i, :, : maxr[i] + 1] = hit[1]
-        return table
-
-    # ------------------------------------------------------------------ heterogeneity-unaware (Sia's artifact)
-    @staticmethod
-    def _virtual_nodes(snap: ClusterSnapshot) -> list[tuple[str, str, int]]:
-        """(virtual node, its real node, GPUs): every node cut into pieces of the smallest node's GPU count."""
-        g = min(n.num_gpus for n in snap.nodes)
-        out = []
-        for n in snap.nodes:
-            sizes = [g] * (n.num_gpus // g) + ([n.num_gpus % g] if n.num_gpus % g else [])
-            out += [(f"{n.node_id}#{k}", n.node_id, size) for k, size in enumerate(sizes)]
-        return out
-
-    def _virtual_base(self, jobs: list[JobView], vids: list[str], owner: dict[str, str],
-                      caps: np.ndarray) -> np.ndarray:
-        """Each job's current GPUs on virtual nodes: last round's split where it still matches the job's
-        placement, otherwise filled into the node's freest virtual nodes."""
-        base = np.zeros((len(jobs), len(vids)), dtype=np.int64)
-        free = caps.copy()
-        vpos = {v: k for k, v in enumerate(vids)}
-        later: list[tuple[int, str, int]] = []
-        for i, job in enumerate(jobs):
-            prev = self._vrows.get(job.job_id, {})
-            for n, g in job.allocation.placement:
-                mine = {v: c for v, c in prev.items() if v in vpos and owner[v] == n}
-                if sum(mine.values()) == g and all(free[vpos[v]] >= c for v, c in mine.items()):
-                    for v, c in mine.items():
-                        base[i, vpos[v]] += c
-                        free[vpos[v]] -= c
-                else:
-                    later.append((i, n, g))
-        for i, n, g in later:
-            for k in sorted((vpos[v] for v in vids if owner[v] == n), key=lambda k: -free[k]):
-                c = int(min(g, free[k]))
-                base[i, k] += c
-                free[k] -= c
-                g -= c
-        return base
-
-    def _devirtualise(self, best: np.ndarray, ids: list[str], vids: list[str], owner: dict[str, str],
-                      ntype: dict[str, str], real_ids: list[str]) -> np.ndarray:
-        """Virtual rows → real rows; a job spread over several GPU types keeps its majority type's GPUs only."""
-        rpos = {n: k for k, n in enumerate(real_ids)}
-        out = np.zeros((len(ids), len(real_ids)), dtype=np.int64)
-        self._vrows = {}
-        for i, jid in enumerate(ids):
-            ks = np.flatnonzero(best[i])
-            if not len(ks):
-                continue
-            count: dict[str, int] = {}
-            for k in ks:
-                count[ntype[vids[k]]] = count.get(ntype[vids[k]], 0) + int(best[i, k])
-            keep = max(count, key=lambda t: (count[t], -(TIE_ORDER.index(t) if t in TIE_ORDER else len(TIE_ORDER))))
-            row = {vids[k]: int(best[i, k]) for k in ks if ntype[vids[k]] == keep}
-            self._vrows[jid] = row
-            for v, c in row.items():
-                out[i, rpos[owner[v]]] += c
-        return out
+    def _classes(self, snap: ClusterSnapshot, node_ids: list[str], ntype: dict[str, str]
+                 ) -> tuple[list[str], np.ndarray]:
+        """The GPU types and the type index of each search node (kept while the nodes are the same)."""
+        hit = self._node_class
+        if hit is None or hit[0] is not snap.nodes:
+            classes = sorted(set(ntype.values()))
+            cls_of = {t: k for k, t in enumerate(classes)}
+            hit = (snap.nodes, classes, np.array([cls_of[ntype[n]] for n in node_ids], dtype=np.intp))
+            self._node_class = hit
+        return hit[1], hit[2]
 
     def _max_replicas(self, job: JobView, app: Application | None, total: int) -> int:
         """At most `total` GPUs (the cluster; unaware: the smallest type's GPUs)."""
@@ -294,50 +279,66 @@ class PolluxPolicy(Policy):
         elif app.name == "ncf":
             cap = 1
         else:
-            seen = max((k[1] for k in self._obs.get(job.job_id, {})), default=0)
+            seen = self.beliefs.sync_obs(job.job_id, app).seen
             cap = min(max(2 * seen, 1), MAX_REPLICAS, app.max_batch_size // app.min_local_bsz)
         if job.spec.elastic:
             cap = min(cap, job.spec.gpu_cap)
         return max(1, min(cap, total))
 
-    def _initial(self, base: np.ndarray, ids: list[str], node_ids: list[str]) -> np.ndarray:
+    def _initial(self, base: Population, ids: list[str], node_ids: list[str]) -> Population:
         """The previous round's non-dominated states mapped onto today's jobs and nodes (artifact
-        `_adapt_prev_states`), or the current allocation alone."""
+        `_adapt_prev_states`; cells of jobs or nodes gone are dropped), or the current allocation alone."""
         if self._prev is None:
-            return base[None]
+            return base
         prev, pjobs, pnodes = self._prev
-        out = np.zeros((len(prev), len(ids), len(node_ids)), dtype=np.int64)
-        jpos = {j: k for k, j in enumerate(pjobs)}
-        npos = {n: k for k, n in enumerate(pnodes)}
-        src_j = [jpos[j] for j in ids if j in jpos]
-        dst_j = [k for k, j in enumerate(ids) if j in jpos]
-        for k, n in enumerate(node_ids):
-            if n in npos and src_j:
-                out[:, dst_j, k] = prev[:, src_j, npos[n]]
-        return out
+        jpos = {j: k for k, j in enumerate(ids)}
+        npos = {n: k for k, n in enumerate(node_ids)}
+        jmap = np.array([jpos.get(j, -1) for j in pjobs] + [-1], dtype=np.intp)
+        nmap = np.array([npos.get(n, -1) for n in pnodes] + [-1], dtype=np.intp)
+        job, node = jmap[prev.job], nmap[prev.node]
+        ok = (job >= 0) & (node >= 0)
+        return from_cells(prev.state[ok], job[ok], node[ok], prev.count[ok], len(prev), (len(ids), len(node_ids)))
 
-    def _decision(self, snap: ClusterSnapshot, jobs: list[JobView], best: np.ndarray, base: np.ndarray,
+    def _decision(self, snap: ClusterSnapshot, jobs: list[JobView], best: Population, base: Population,
                   node_ids: list[str], apps: dict[str, Application | None],
                   fns: dict[str, GoodputFunction | None]) -> Decision:
-        chosen: dict[str, Allocation] = {}
         reasons: dict[str, PendingReason] = {}
+        rows, base_rows = rows_of(best), rows_of(base)
+        plan: dict[str, tuple[JobView, list[tuple[int, int]], bool]] = {}  # job → (view, row, unchanged)
         for i, job in enumerate(jobs):
-            row = best[i]
-            if not row.any():
+            row = rows.get(i)
+            if row is None:
                 reasons[job.job_id] = PendingReason.NOT_SELECTED
-                continue
+            else:
+                plan[job.job_id] = (job, row, bool(job.allocation.placement) and row == base_rows.get(i))
+        batch = self._batches(plan, apps, fns)
+        chosen: dict[str, Allocation] = {}
+        for jid, (job, row, unchanged) in plan.items():
             cur = job.allocation
-            if cur.placement and np.array_equal(row, base[i]):
-                # unchanged placement: the job re-optimises its batch in place (artifact: every step)
-                batch = self.batch_size(apps[job.job_id], fns[job.job_id], len(cur.placement), cur.gpus)
-                same = batch is None or batch == cur.batch_size or fns[job.job_id] is None
-                chosen[job.job_id] = cur if same else Allocation(placement=cur.placement, batch_size=batch)
-                continue
-            placement = tuple((node_ids[k], int(row[k])) for k in np.flatnonzero(row))
-            batch = self.batch_size(apps[job.job_id], fns[job.job_id], len(placement), int(row.sum()))
-            chosen[job.job_id] = Allocation(placement=placement, batch_size=batch)
+            if unchanged:  # the job re-optimises its batch in place (artifact: every step)
+                b = batch[jid]
+                same = b is None or b == cur.batch_size or fns[jid] is None
+                chosen[jid] = cur if same else Allocation(placement=cur.placement, batch_size=b)
+            else:
+                chosen[jid] = Allocation(placement=tuple((node_ids[k], g) for k, g in row), batch_size=batch[jid])
         allocs = {jid: chosen[jid] for jid in snap.jobs if jid in chosen}  # submission order
         return Decision(allocs, reasons)
+
+    def _batches(self, plan: dict[str, tuple[JobView, list[tuple[int, int]], bool]],
+                 apps: dict[str, Application | None], fns: dict[str, GoodputFunction | None]) -> dict[str, int | None]:
+        """`batch_size` of every planned job; the goodput-optimal ones computed together (memoised per job)."""
+        out: dict[str, int | None] = {}
+        wants: list[tuple[str, Application, GoodputFunction, int, int]] = []
+        for jid, (job, row, unchanged) in plan.items():
+            nodes, reps = (len(job.allocation.placement), job.allocation.gpus) if unchanged else (
+                len(row), sum(g for _, g in row))
+            app, fn = apps[jid], fns[jid]
+            if app is None or app.name == "ncf" or fn is None:
+                out[jid] = self.batch_size(app, fn, nodes, reps)
+            else:
+                wants.append((jid, app, fn, nodes, reps))
+        out.update(self.beliefs.batches(wants))
+        return out
 
     @staticmethod
     def batch_size(app: Application | None, fn: GoodputFunction | None, nodes: int, replicas: int) -> int | None:
@@ -356,44 +357,42 @@ class PolluxPolicy(Policy):
     # ------------------------------------------------------------------ state
     def on_finish(self, job_id: str, now: float) -> None:
         self._vrows.pop(job_id, None)
-        self._obs.pop(job_id, None)
-        self._grad.pop(job_id, None)
+        self.beliefs.forget(job_id=job_id)
 
     def state_dict(self) -> dict[str, Any]:
+        """What it learnt (observations, gradient statistics) and the last front; the quiet-round record is
+        not kept (a restored policy searches at its first round)."""
         prev = None
         if self._prev is not None:
-            prev = {"states": self._prev[0].tolist(), "jobs": self._prev[1], "nodes": self._prev[2]}
-        return {"obs": {j: [[*k, *v] for k, v in o.items()] for j, o in self._obs.items()},
-                "grad": {j: list(g) for j, g in self._grad.items()}, "prev": prev}
+            p = self._prev[0]
+            prev = {"ptr": p.ptr.tolist(), "job": p.job.tolist(), "node": p.node.tolist(), "count": p.count.tolist(),
+                    "jobs": self._prev[1], "nodes": self._prev[2]}
+        return {"obs": {j: [[*k, *v] for k, v in o.items()] for j, o in self.beliefs.obs.items()},
+                "grad": {j: list(g) for j, g in self.beliefs.grad.items()}, "prev": prev}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._obs = {j: {(int(r[0]), int(r[1]), int(r[2])): (float(r[3]), float(r[4])) for r in rows}
-                     for j, rows in state.get("obs", {}).items()}
-        self._grad = {j: (float(g[0]), float(g[1])) for j, g in state.get("grad", {}).items()}
+        self.beliefs, self._last = PolluxBeliefs(), None
+        self.beliefs.obs = {j: {(int(r[0]), int(r[1]), int(r[2])): (float(r[3]), float(r[4])) for r in rows}
+                            for j, rows in state.get("obs", {}).items()}
+        self.beliefs.grad = {j: (float(g[0]), float(g[1])) for j, g in state.get("grad", {}).items()}
         prev = state.get("prev")
-        self._prev = None if prev is None else (np.array(prev["states"], dtype=np.int64), list(prev["jobs"]),
-                                                list(prev["nodes"]))
+        self._prev = None if prev is None else (
+            Population(np.array(prev["ptr"], dtype=np.int64), np.array(prev["job"], dtype=np.intp),
+                       np.array(prev["node"], dtype=np.intp), np.array(prev["count"], dtype=np.int64)),
+            list(prev["jobs"]), list(prev["nodes"]))
 
 
-def _allowed_gpus(jobs: list[JobView], apps: dict[str, Application | None], node_ids: list[str], caps: np.ndarray,
-                  ntype: dict[str, str], all_types: set[str]) -> np.ndarray:
-    """GPUs each job may use on each search node: nodes of a type it allows and its profile covers."""
-    cap = np.zeros((len(jobs), len(node_ids)), dtype=np.int64)
-    for i, job in enumerate(jobs):
-        allowed = set(job.spec.gpu_types or all_types)
-        app = apps[job.job_id]
-        if app is not None:
-            allowed &= set(app.gpu_types)
-        cap[i] = np.where([ntype[n] in allowed for n in node_ids], caps, 0)
-    return cap
+def _inputs(job: JobView) -> tuple[Any, ...]:
+    """What the search reads from a job besides its age and attained service: its allocation (the body keeps the
+    very object while it is unchanged), batch, epoch (gradient statistics), restarts, reported statistics and
+    model."""
+    return job.allocation, job.batch_size, job.epoch, job.num_restarts, job.grad_stats, job.model, job.spec
 
 
-def _current_rows(jobs: list[JobView], real_ids: list[str]) -> np.ndarray:
-    """Each job's GPUs now on each real node (jobs × nodes)."""
-    rows = np.zeros((len(jobs), len(real_ids)), dtype=np.int64)
-    rpos = {n: k for k, n in enumerate(real_ids)}
-    for i, job in enumerate(jobs):
-        for n, g in job.allocation.placement:
-            if n in rpos:
-                rows[i, rpos[n]] += g
-    return rows
+def _structure(job: JobView) -> tuple[Any, ...]:
+    """What a quiet round requires unchanged since the last search (`_quiet`)."""
+    return job.allocation, job.num_restarts, job.spec, job.model
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...] | None) -> bool:
+    return b is not None and all(x is y or x == y for x, y in zip(a, b, strict=True))

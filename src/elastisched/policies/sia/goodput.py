@@ -114,6 +114,14 @@ def _loss_grad(p: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarr
     return e1 + e2 + reg, grad
 
 
+_KNOWN_FITS: set[tuple[tuple[int, int, float, float, float], ...]] = set()
+
+
+def _fit_known(points: tuple[tuple[int, int, float, float, float], ...]) -> bool:
+    """Whether `fit_observed(points)` is memoised (answering costs nothing)."""
+    return points in _KNOWN_FITS
+
+
 @lru_cache(maxsize=8192)
 def fit_observed(points: tuple[tuple[int, int, float, float, float], ...]) -> PolluxParams:
     """Fit the Pollux step-time model to observed (nodes, replicas, micro-batch, step, sync) points, pinning
@@ -142,6 +150,9 @@ def fit_observed(points: tuple[tuple[int, int, float, float, float], ...]) -> Po
     p = np.clip(res.x, lo, hi)
     if not np.any(nodes > 1):
         p[2], p[3] = max(p[2], p[4] * 1.1), max(p[3], p[5] * 1.1)
+    if len(_KNOWN_FITS) >= 8192:  # as the lru_cache: a bound on what is remembered
+        _KNOWN_FITS.clear()
+    _KNOWN_FITS.add(points)
     return PolluxParams(*map(float, p))
 
 
@@ -176,6 +187,41 @@ def optimize_batch(params: PolluxParams, grad: tuple[float, float], init_batch: 
     return good[best, cols], micro[best, cols].astype(int), accum[best, cols].astype(int)
 
 
+def optimize_batch_many(queries: list[tuple[PolluxParams, tuple[float, float], int, np.ndarray, np.ndarray, float,
+                                           tuple[int, int]]]) -> list[np.ndarray]:
+    """`optimize_batch`'s goodputs for many (params, grad, init batch, nodes, replicas, max batch, micro range)
+    queries at once, by the same arithmetic element by element (a round's new goodput rows in one call)."""
+    if not queries:
+        return []
+    sizes = [len(q[4]) for q in queries]
+
+    def per_config(values: list[float]) -> np.ndarray:
+        return np.repeat(np.array(values, dtype=float), sizes)
+
+    fields = [per_config([getattr(q[0], f) for q in queries]) for f in
+              ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")]
+    params = PolluxParams(*fields)  # array-valued fields: the one formula, broadcast over every configuration
+    sqr, var = per_config([q[1][0] for q in queries]), per_config([q[1][1] for q in queries])
+    init, max_batch = per_config([q[2] for q in queries]), per_config([q[5] for q in queries])
+    lo_micro, hi_micro = per_config([q[6][0] for q in queries]), per_config([q[6][1] for q in queries])
+    nodes = np.concatenate([np.asarray(q[3], dtype=float) for q in queries])
+    reps = np.concatenate([np.asarray(q[4], dtype=float) for q in queries])
+    batch = np.geomspace(np.maximum(init, lo_micro * reps), max_batch, num=50)
+    local = batch / reps
+    accum = np.ceil(local / hi_micro - _EPS) - 1
+    accum = np.where((reps == 1) & (local > init + _EPS), np.maximum(accum, 1), accum)
+    micro = np.ceil(local / (accum + 1) - _EPS)
+    c = params.compute_time(micro)
+    optim = params.step_time(c, params.network_time(nodes, reps, "artifact"), "artifact")  # type: ignore[arg-type]
+    scale = reps * micro * (accum + 1) / init
+    denom = var / scale + sqr
+    gain = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
+    good = gain / (accum * c + optim) * init
+    good = np.where((micro >= lo_micro) & (micro <= hi_micro), good, 0.0)
+    best = good[np.argmax(good, axis=0), np.arange(good.shape[1])]
+    return np.split(best, np.cumsum(sizes)[:-1])
+
+
 @dataclass
 class SiaJobModel:
     """What Sia knows about one job: observed step times per GPU type and its latest gradient statistics."""
@@ -183,6 +229,7 @@ class SiaJobModel:
     observed: dict[str, dict[tuple[int, int, int], tuple[float, float]]] = field(default_factory=dict)
     grad: tuple[float, float] | None = None
     _params: dict[str, PolluxParams] = field(default_factory=dict)
+    _stale: dict[str, PolluxParams] = field(default_factory=dict)  # the fit before the latest observation
     #: memo for the caller's goodput rows; cleared whenever the model or the gradient statistics change
     cache: dict[tuple[object, ...], np.ndarray] = field(default_factory=dict)
 
@@ -197,18 +244,28 @@ class SiaJobModel:
         if key in prof:
             return
         prof[key] = (float(step), float(sync))
-        self._params.pop(gpu_type, None)
+        old = self._params.pop(gpu_type, None)
+        if old is not None:
+            self._stale[gpu_type] = old
         self.cache.clear()
 
-    def params(self, gpu_type: str) -> PolluxParams | None:
+    def params(self, gpu_type: str, fit: bool = True) -> PolluxParams | None:
+        """The type's fit to everything observed on it; with `fit=False` (a round out of budget) a fit not yet
+        made is not made: the fit before the latest observation stands in (`stale` tells), or None."""
         prof = self.observed.get(gpu_type)
         if not prof:
             return None
         p = self._params.get(gpu_type)
         if p is None:
             pts = tuple(sorted((k[0], k[1], float(k[2]), v[0], v[1]) for k, v in prof.items()))
+            if not fit and not _fit_known(pts):
+                return self._stale.get(gpu_type)
             p = self._params[gpu_type] = fit_observed(pts)
         return p
+
+    def stale(self, gpu_type: str) -> bool:
+        """Whether `params(gpu_type, fit=False)` would answer with a stand-in."""
+        return bool(self.observed.get(gpu_type)) and gpu_type not in self._params
 
     def max_profiled_replicas(self, gpu_type: str) -> int:
         return max((k[1] for k in self.observed.get(gpu_type, {})), default=0)

@@ -36,11 +36,21 @@ Readings of ambiguities (docs/peers.md lists them all):
   artifact's `alloc_to_placement_fast`); a job keeping its (type, GPU count) keeps its nodes.
 - Jobs without a performance model (and `category == "rigid"` jobs) are scheduled rigidly at their
   requested size on any type, worth their GPU count, as the artifact's rigid jobs.
+
+At cluster scale (issue 22): what a job reports is taken in only when its allocation, phase, batch or epoch
+changed; its goodput row is kept until its model changes, and the round's new rows are priced in one
+vectorised call (`goodput.optimize_batch_many`); the MILP is solved by HiGHS only when needed (`sia.milp`).
+None of this changes a decision. `budget_s` (ours, default None = unbounded) bounds a round's CPU time: fits
+take at most half of it (a row that needs a fit not yet made is priced with the fit before its latest
+observation, and made again with its fit in a later round), and HiGHS gets the rest as its time limit (at least
+`MIN_SOLVE_S`), returning the best solution found by then. A budget that binds makes a run depend on the
+machine's speed.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -55,37 +65,35 @@ from elastisched.policies.sia.goodput import (
     micro_batch_range,
     one_gpu_throughput,
     optimize_batch,
-    sia_configs,
+    optimize_batch_many,
 )
+from elastisched.policies.sia.milp import ZERO_ALLOC_GAIN, Layout, columns, layout, solve
 
 #: seconds lost per restart in the restart factor (artifact `sia.py::get_restart_penalty`, measured)
 RESTART_PENALTY: dict[str, float] = {"deepspeech2": 25.0, "imagenet": 250.0, "cifar10": 30.0, "bert": 120.0,
                                      "yolov3": 45.0}
-ZERO_ALLOC_GAIN = 1e-4
-GOODPUT_CLIP = 3000.0
 NCF_BATCH = 32768
+FIT_SHARE = 0.5  # with a budget: the share of it a round may spend fitting step-time models
+MIN_SOLVE_S = 0.05  # with a budget: the least time the MILP is given
 
 
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    types: tuple[str, ...]  # cluster order (first appearance among nodes)
-    per_node: dict[str, int]
-    capacity: dict[str, int]
-    configs: tuple[tuple[str, int, int], ...]  # (type, nodes, GPUs)
+@dataclass
+class _RowPlan:
+    minrep: int
+    maxrep: int
+    parts: list[tuple[str, str, list[int], tuple[Any, ...], float]]  # (type, priced by, configs, key, max batch)
+    unknown: list[str]  # allowed types it has no goodput for
+    stale: bool = False  # some part is priced with a stand-in fit (out of budget)
+    fit: bool = True  # whether fits not yet made may be made
 
-
-def _layout(snap: ClusterSnapshot, max_gpus: int) -> _Layout:
-    types: list[str] = []
-    per_node: dict[str, int] = {}
-    count: dict[str, int] = {}
-    for n in snap.nodes:
-        if n.gpu_type not in per_node:
-            types.append(n.gpu_type)
-        per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
-        count[n.gpu_type] = count.get(n.gpu_type, 0) + 1
-    cap = snap.capacity_by_type()
-    configs = tuple((t, k, g) for t in types for k, g in sia_configs(per_node[t], count[t], max_gpus))
-    return _Layout(tuple(types), per_node, cap, configs)
+    @staticmethod
+    def nodes_gpus(idx: list[int], t: str, src: str, lay: Layout | None) -> tuple[np.ndarray, np.ndarray]:
+        """(nodes, GPUs) of configurations `idx` as priced on `src` (another type's nodes: packed on its node size)."""
+        assert lay is not None
+        gpus = np.array([lay.configs[i][2] for i in idx], dtype=float)
+        if src != t:
+            return np.ceil(gpus / lay.per_node[src]), gpus
+        return np.array([lay.configs[i][1] for i in idx], dtype=float), gpus
 
 
 @register
@@ -103,24 +111,31 @@ class SiaPolicy(Policy):
         "max_gpus": "most GPUs one job may get",
         "mip_rel_gap": "relative gap at which the MILP stops",
         "retune_batch": "re-choose a running job's batch every round without a restart",
+        "budget_s": "CPU seconds a round may spend before it returns the best found so far (none: unbounded)",
     }
 
     def __init__(self, p: float = -0.5, lambda_a: float = 0.01, lambda_n: float = 1.1, max_gpus: int = 64,
-                 mip_rel_gap: float = 1e-4, retune_batch: bool = False) -> None:
+                 mip_rel_gap: float = 1e-4, retune_batch: bool = False, budget_s: float | None = None) -> None:
         if p == 0:
             raise ValueError("sia: p must be non-zero")
+        if budget_s is not None and not budget_s > 0:
+            raise ValueError(f"sia: budget_s must be > 0 seconds or None, got {budget_s!r}")
+        self.budget_s = budget_s
+        self._solved: dict[bytes, tuple[int, ...]] = {}  # MILP inputs → chosen columns (recent rounds)
+        self._seen: dict[JobId, tuple[Any, ...]] = {}  # what each job was last observed at
         self.p, self.lambda_a, self.lambda_n = p, lambda_a, lambda_n
         self.max_gpus, self.mip_rel_gap = max_gpus, mip_rel_gap
         self.retune_batch = retune_batch
         self.models: dict[JobId, SiaJobModel] = {}
         self.prev: dict[JobId, tuple[str, int]] = {}  # (type, GPUs) chosen last round
         self._layout_for: object = None
-        self._layout: _Layout | None = None
+        self._layout: Layout | None = None
         self._ratio_cache: dict[tuple[int, str, str], float] = {}
 
     def on_finish(self, job_id: JobId, now: float) -> None:
         self.models.pop(job_id, None)
         self.prev.pop(job_id, None)
+        self._seen.pop(job_id, None)
 
     def state_dict(self) -> dict[str, Any]:
         """What Sia has learnt (observed step times, gradient statistics) and last round's configurations."""
@@ -160,13 +175,29 @@ class SiaPolicy(Policy):
         model.observe(t, len(shape), job.gpus, cfg.micro_batch, step, sync,
                       app.efficiency.grad_stats(cfg.global_batch, job.epoch))
 
-    def _row(self, job: JobView, app: Application, model: SiaJobModel, lay: _Layout,
-             allowed: tuple[str, ...]) -> np.ndarray:
-        """Normalised goodput of `job` for every configuration (≤ ZERO_ALLOC_GAIN = invalid)."""
-        row = np.full(len(lay.configs), ZERO_ALLOC_GAIN)
+    def _row(self, job: JobView, app: Application, model: SiaJobModel, lay: Layout, allowed: tuple[str, ...],
+             plan: _RowPlan | None = None) -> np.ndarray:
+        """Normalised goodput of `job` for every configuration (≤ ZERO_ALLOC_GAIN = invalid); kept (read-only)
+        until the job's model changes. A row priced with a stand-in fit (`plan.stale`) is kept apart and made
+        again, with its fit, in a later round."""
+        key = ("row", lay.sig, allowed)
+        hit = model.cache.get(key)
+        if hit is None:
+            if plan is None:
+                plan = self._row_plan(job, app, model, lay, allowed)
+                self._fill([(app, model, plan)])
+            hit = self._assemble(plan, model, lay)
+            hit.setflags(write=False)
+            model.cache[(*key, "stale") if plan.stale else key] = hit
+        return hit
+
+    def _row_plan(self, job: JobView, app: Application, model: SiaJobModel, lay: Layout,
+                  allowed: tuple[str, ...], fit: bool = True) -> _RowPlan:
+        """Which goodputs a job's row is made of: per allowed type, its valid configurations, the type whose fit
+        prices them (its own, else the first it ran on) and their cache key; the types it never ran on.
+        `fit=False`: fits not yet made are not made (`SiaJobModel.params`)."""
         tp = app.profile.throughput
-        max_batch = NCF_BATCH if app.name == "ncf" else job.spec.batch_size
-        max_batch = max(max_batch, app.init_batch_size)
+        max_batch = max(NCF_BATCH if app.name == "ncf" else job.spec.batch_size, app.init_batch_size)
         maxrep = max(min(max(2 * model.max_profiled_replicas(t), 1), self.max_gpus,
                          app.max_batch_size // micro_batch_range(tp[t])[0]) for t in allowed)
         if app.name == "ncf":
@@ -175,34 +206,51 @@ class SiaPolicy(Policy):
         if job.spec.elastic:  # a job that declares bounds stays within them
             minrep, maxrep = job.spec.min_gpus, max(job.spec.min_gpus, min(maxrep, job.spec.gpu_cap))
         seen = [t for t in lay.types if t in model.types_seen and t in tp]
+        parts: list[tuple[str, str, list[int], tuple[Any, ...], float]] = []
         unknown: list[str] = []
-        known_min = math.inf
+        stale = False
         for t in allowed:
             idx = [i for i, (ct, _, g) in enumerate(lay.configs) if ct == t and minrep <= g <= maxrep]
-            src = t if model.params(t) is not None else (seen[0] if seen and model.grad is not None else None)
-            if src is None or model.grad is None or not idx:
+            src = t if model.params(t, fit) is not None else (seen[0] if seen and model.grad is not None else None)
+            if src is None or model.grad is None or not idx or model.params(src, fit) is None:
                 unknown.append(t)
                 continue
-            params = model.params(src)
-            assert params is not None
-            gpus = np.array([lay.configs[i][2] for i in idx], dtype=float)
-            nodes = np.ceil(gpus / lay.per_node[src]) if src != t else np.array([lay.configs[i][1] for i in idx],
-                                                                                 dtype=float)
-            key = (t, src, minrep, maxrep, max_batch)
-            good = model.cache.get(key)
-            if good is None:
-                good, _, _ = optimize_batch(params, model.grad, app.init_batch_size, nodes, gpus, max_batch,
-                                            micro_batch_range(tp[src]))
-                if src != t:
-                    good = good * self._ratio(app, t, src)
-                model.cache[key] = good
+            old = not fit and model.stale(src)
+            stale |= old
+            parts.append((t, src, idx, (t, src, minrep, maxrep, max_batch, *(("stale",) if old else ())),
+                          float(max_batch)))
+        return _RowPlan(minrep, maxrep, parts, unknown, stale, fit)
+
+    def _fill(self, plans: list[tuple[Application, SiaJobModel, _RowPlan]]) -> None:
+        """Compute the per-type goodputs the planned rows need and no cache holds, in one vectorised call."""
+        queries: list[tuple[Any, ...]] = []
+        where: list[tuple[SiaJobModel, tuple[Any, ...], float]] = []
+        for app, model, plan in plans:
+            for t, src, idx, key, max_batch in plan.parts:
+                if key in model.cache:
+                    continue
+                lay_nodes, gpus = plan.nodes_gpus(idx, t, src, self._layout)
+                queries.append((model.params(src, plan.fit), model.grad, app.init_batch_size, lay_nodes, gpus,
+                                max_batch, micro_batch_range(app.profile.throughput[src])))
+                where.append((model, key, self._ratio(app, t, src) if src != t else 1.0))
+                model.cache[key] = None  # claimed: one query per key
+        for (model, key, ratio), good in zip(where, optimize_batch_many(queries), strict=True):  # type: ignore[arg-type]
+            model.cache[key] = good * ratio if ratio != 1.0 else good
+
+    @staticmethod
+    def _assemble(plan: _RowPlan, model: SiaJobModel, lay: Layout) -> np.ndarray:
+        row = np.full(len(lay.configs), ZERO_ALLOC_GAIN)
+        known_min = math.inf
+        for _, _, idx, key, _ in plan.parts:
+            good = model.cache[key]
             row[idx] = np.maximum(good, ZERO_ALLOC_GAIN)
             ok = good > ZERO_ALLOC_GAIN
             if ok.any():
                 known_min = min(known_min, float(good[ok].min()))
         row = row * (1.0 / known_min if known_min < math.inf else 1.0)
-        for t in unknown:  # never ran anywhere: worth 1 on its smallest valid size of each type
-            i_min = next((i for i, (ct, _, g) in enumerate(lay.configs) if ct == t and minrep <= g <= maxrep), None)
+        for t in plan.unknown:  # never ran anywhere: worth 1 on its smallest valid size of each type
+            i_min = next((i for i, (ct, _, g) in enumerate(lay.configs)
+                          if ct == t and plan.minrep <= g <= plan.maxrep), None)
             if i_min is not None:
                 row[i_min] = 1.0
         row[row <= ZERO_ALLOC_GAIN] = ZERO_ALLOC_GAIN
@@ -216,7 +264,7 @@ class SiaPolicy(Policy):
         return max(age - job.num_restarts * penalty, 0.0) / (age + penalty)
 
     def _batch(self, snap: ClusterSnapshot, job: JobView, app: Application, model: SiaJobModel, t: str,
-               gpus: int, lay: _Layout) -> int:
+               gpus: int, lay: Layout) -> int:
         """Goodput-optimal global batch for a new configuration (artifact `Job.update_local_bsz`)."""
         lo, hi = micro_batch_range(app.profile.throughput[t])
         shape = packed_shape(gpus, lay.per_node[t])
@@ -235,15 +283,47 @@ class SiaPolicy(Policy):
     # ------------------------------------------------------------------ round
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         if self._layout_for is not snap.nodes or self._layout is None:
-            self._layout_for, self._layout = snap.nodes, _layout(snap, self.max_gpus)
+            self._layout_for, self._layout = snap.nodes, layout(snap, self.max_gpus)
         lay = self._layout
+        t0 = time.thread_time()
+        reasons: dict[JobId, PendingReason] = {}
+        entries = self._entries(snap, ctx, lay, reasons)
+        fit_until = None if self.budget_s is None else t0 + FIT_SHARE * self.budget_s
+        plans = {jid: (app, model, self._row_plan(job, app, model, lay, allowed,
+                                                  fit_until is None or time.thread_time() < fit_until))
+                 for jid, job, app, allowed, model in entries
+                 if model is not None and app is not None and ("row", lay.sig, allowed) not in model.cache}
+        self._fill(list(plans.values()))  # the round's new goodputs at once
         ntypes = node_types(snap)
         rows: list[np.ndarray] = []
-        jids: list[JobId] = []
-        apps: list[Application | None] = []
         forced: dict[int, int] = {}
-        reasons: dict[JobId, PendingReason] = {}
         extra_cols: list[tuple[int, str, int, float]] = []  # rigid jobs: (job row, type, GPUs, value)
+        for r, (jid, job, app, allowed, model) in enumerate(entries):
+            if app is None or model is None:
+                for t in allowed:
+                    extra_cols.append((r, t, job.spec.num_gpus, float(job.spec.num_gpus)))
+                rows.append(np.full(len(lay.configs), ZERO_ALLOC_GAIN))
+                continue
+            row = self._row(job, app, model, lay, allowed, plans[jid][2] if jid in plans else None)
+            cur_t = ntypes.get(job.allocation.placement[0][0]) if job.allocation.placement else None
+            prev = self.prev.get(jid)
+            prev_i = lay.first.get(prev) if prev is not None and cur_t == prev[0] and job.gpus == prev[1] else None
+            if prev_i is not None:
+                keep = row[prev_i]
+                row = row * self._restart_factor(job, snap)
+                row[prev_i] = keep
+                if job.phase is JobPhase.RESTARTING:
+                    forced[r] = prev_i
+            rows.append(row)
+        left = None if self.budget_s is None else max(self.budget_s - (time.thread_time() - t0), MIN_SOLVE_S)
+        chosen = self._solve(rows, extra_cols, forced, lay, left)
+        return self._decide(snap, lay, [e[0] for e in entries], [e[2] for e in entries], chosen, reasons)
+
+    def _entries(self, snap: ClusterSnapshot, ctx: PolicyContext, lay: Layout, reasons: dict[JobId, PendingReason]
+                 ) -> list[tuple[JobId, JobView, Application | None, tuple[str, ...], SiaJobModel | None]]:
+        """The jobs the MILP considers, each with its model, allowed types and (goodput jobs) its Sia model, fed
+        with what it ran since it was last observed; the others get their reason."""
+        out: list[tuple[JobId, JobView, Application | None, tuple[str, ...], SiaJobModel | None]] = []
         for jid, job in snap.jobs.items():
             app = job_model(job, ctx)
             allowed = tuple(t for t in lay.types if (not job.spec.gpu_types or t in job.spec.gpu_types)
@@ -252,75 +332,24 @@ class SiaPolicy(Policy):
             if not allowed:
                 reasons[jid] = PendingReason.GPU_TYPE if job.spec.gpu_types else PendingReason.INFEASIBLE
                 continue
-            r = len(jids)
-            jids.append(jid)
-            apps.append(app)
-            cur_t = ntypes.get(job.allocation.placement[0][0]) if job.allocation.placement else None
-            if app is None or job.spec.category == "rigid":
-                row = np.full(len(lay.configs), ZERO_ALLOC_GAIN)
-                for t in allowed:
-                    extra_cols.append((r, t, job.spec.num_gpus, float(job.spec.num_gpus)))
-                rows.append(row)
-                continue
-            model = self.models.setdefault(jid, SiaJobModel())
-            self._observe(snap, job, app, model)
-            row = self._row(job, app, model, lay, allowed)
-            prev = self.prev.get(jid)
-            prev_i = None
-            if prev is not None and cur_t == prev[0] and job.gpus == prev[1]:
-                prev_i = next((i for i, c in enumerate(lay.configs) if c[0] == prev[0] and c[2] == prev[1]), None)
-            if prev_i is not None:
-                keep = row[prev_i]
-                row = row * self._restart_factor(job, snap)
-                row[prev_i] = keep
-                if job.phase is JobPhase.RESTARTING:
-                    forced[r] = prev_i
-            rows.append(row)
-        chosen = self._solve(rows, extra_cols, forced, lay)
-        return self._decide(snap, lay, jids, apps, chosen, reasons)
+            model = None
+            if app is not None and job.spec.category != "rigid":
+                model = self.models.setdefault(jid, SiaJobModel())
+                sig = (job.allocation, job.phase, job.batch_size, job.epoch)
+                seen = self._seen.get(jid)
+                if seen is None or any(a is not b and a != b for a, b in zip(sig, seen, strict=True)):
+                    self._observe(snap, job, app, model)  # inputs unchanged since last time: nothing new to see
+                    self._seen[jid] = sig
+            out.append((jid, job, app, allowed, model))
+        return out
 
     def _solve(self, rows: list[np.ndarray], extra: list[tuple[int, str, int, float]], forced: dict[int, int],
-               lay: _Layout) -> dict[int, tuple[str, int]]:
-        """The MILP; returns job row → (type, GPUs)."""
-        from scipy.optimize import Bounds, LinearConstraint, milp  # here: scipy costs ~0.3 s to import
-        from scipy.sparse import csr_matrix
+               lay: Layout, time_limit: float | None = None) -> dict[int, tuple[str, int]]:
+        """The MILP (`sia.milp`); returns job row → (type, GPUs)."""
+        return solve(columns(rows, extra, forced, lay, self.p, self.lambda_n), lay, len(rows), self.mip_rel_gap,
+                     time_limit, self._solved)
 
-        cols: list[tuple[int, str, int, float, bool]] = []  # (job row, type, GPUs, cost, forced)
-        for r, row in enumerate(rows):
-            with np.errstate(divide="ignore"):  # a restart factor of 0 gives 0^p = inf: clipped, as there
-                s = np.minimum(np.round(np.power(row, self.p), 2), GOODPUT_CLIP) if self.p < 0 else row**self.p
-            best: dict[str, float] = {}
-            for i, (t, _, g) in enumerate(lay.configs):  # configs of a type come in increasing GPU count
-                is_forced = forced.get(r) == i
-                cost = float(s[i]) - self.lambda_n if self.p < 0 else -(float(s[i]) - self.lambda_n)
-                # a configuration no cheaper than a smaller one of the same type is never needed (dominated)
-                if (row[i] > ZERO_ALLOC_GAIN and cost < min(0.0, best.get(t, 0.0))) or is_forced:
-                    cols.append((r, t, g, cost, is_forced))
-                    if row[i] > ZERO_ALLOC_GAIN:
-                        best[t] = min(best.get(t, 0.0), cost)
-        for r, t, g, v in extra:
-            s = round(v**self.p, 2) if self.p < 0 else v**self.p
-            cost = s - self.lambda_n if self.p < 0 else -(s - self.lambda_n)
-            if cost < 0:
-                cols.append((r, t, g, cost, False))
-        if not cols:
-            return {}
-        n = len(cols)
-        c = np.array([x[3] for x in cols])
-        tix = {t: k for k, t in enumerate(lay.types)}
-        a_job = csr_matrix((np.ones(n), ([x[0] for x in cols], np.arange(n))), shape=(len(rows), n))
-        a_gpu = csr_matrix(([float(x[2]) for x in cols], ([tix[x[1]] for x in cols], np.arange(n))),
-                           shape=(len(lay.types), n))
-        cap = np.array([lay.capacity[t] for t in lay.types], dtype=float)
-        lb = np.array([1.0 if x[4] else 0.0 for x in cols])
-        res = milp(c, integrality=np.ones(n), bounds=Bounds(lb, np.ones(n)),
-                   constraints=[LinearConstraint(a_job, 0, 1), LinearConstraint(a_gpu, 0, cap)],
-                   options={"mip_rel_gap": self.mip_rel_gap})
-        if res.x is None:
-            raise RuntimeError(f"sia: MILP failed ({res.message})")
-        return {cols[k][0]: (cols[k][1], cols[k][2]) for k in np.flatnonzero(res.x > 0.5)}
-
-    def _decide(self, snap: ClusterSnapshot, lay: _Layout, jids: list[JobId], apps: list[Application | None],
+    def _decide(self, snap: ClusterSnapshot, lay: Layout, jids: list[JobId], apps: list[Application | None],
                 chosen: dict[int, tuple[str, int]], reasons: dict[JobId, PendingReason]) -> Decision:
         ntypes = node_types(snap)
         keep: dict[JobId, Allocation] = {}
@@ -352,3 +381,4 @@ class SiaPolicy(Policy):
         for _, jid, a in sorted(new, key=lambda x: -x[0]):
             allocs[jid] = a
         return Decision(allocs, reasons)
+
