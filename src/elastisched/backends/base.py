@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from elastisched.core.enums import GenerationOutcome
-from elastisched.core.events import Action, JobFailed, JobFinished
+from elastisched.core.events import Action, ActionKind, JobFailed, JobFinished, LaunchSpec
 from elastisched.core.types import Allocation, JobId, NodeView
 
 
@@ -160,3 +160,17 @@ class BackendBase:
 
     def lent(self, node_ids: Sequence[str]) -> None:
         return None
+
+
+def stops_then_launches(actions: Sequence[Action]) -> tuple[list[JobId], list[tuple[Action, LaunchSpec]]]:
+    """A round's actions in the order every process backend applies them: the jobs to stop first (resized and
+    suspended ones, stopped together so they checkpoint in parallel), then the launches (new jobs and the resized
+    ones' next generation), each with its launch spec, whose absence is an error naming the job."""
+    stops = [a.job_id for a in actions if a.kind in (ActionKind.RESIZE, ActionKind.SUSPEND)]
+    launches = []
+    for a in actions:
+        if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
+            if a.launch is None:
+                raise ValueError(f"job {a.job_id}: {a.kind.value} action without a launch spec")
+            launches.append((a, a.launch))
+    return stops, launches

@@ -38,12 +38,13 @@ from elastisched.backends.base import (
     GenerationRecord,
     JobHints,
     JobStarted,
+    stops_then_launches,
 )
 from elastisched.backends.hints import read_hints, write_batch_target
 from elastisched.backends.identity import Account, IdentityError, JobUsers, unreadable
 from elastisched.backends.job_env import JobEnv
 from elastisched.core.enums import GenerationOutcome, GenerationState
-from elastisched.core.events import Action, ActionKind, LaunchSpec
+from elastisched.core.events import Action, LaunchSpec
 from elastisched.core.types import Allocation, NodeView
 from elastisched.train.contract import CHECKPOINT_DIR, PREFIX, LaunchEnv, worker_envs
 
@@ -106,17 +107,14 @@ class LocalBackend(BackendBase):
 
     # ------------------------------------------------------------------ actions
     def apply(self, actions: Sequence[Action]) -> None:
-        stops = [a.job_id for a in actions if a.kind in (ActionKind.RESIZE, ActionKind.SUSPEND)]
+        stops, launches = stops_then_launches(actions)
         done = self._stop_many(stops, outcome=GenerationOutcome.STOPPED)
-        for a in actions:
-            if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
-                if a.launch is None:
-                    raise ValueError(f"job {a.job_id}: {a.kind.value} action without a launch spec")
-                if a.job_id in done:  # it finished its work before the stop reached it: never run it again
-                    self._pending.append(GenerationEnded(time.time(), a.job_id, a.launch.generation,
-                                                         GenerationOutcome.SUCCEEDED, (), "finished before the resize"))
-                    continue
-                self._pending.extend(self._launch(a.job_id, a.allocation, a.launch))
+        for a, launch in launches:
+            if a.job_id in done:  # it finished its work before the stop reached it: never run it again
+                self._pending.append(GenerationEnded(time.time(), a.job_id, launch.generation,
+                                                     GenerationOutcome.SUCCEEDED, (), "finished before the resize"))
+                continue
+            self._pending.extend(self._launch(a.job_id, a.allocation, launch))
 
     def cancel(self, job_id: str) -> None:
         self._stop_many([job_id], outcome=GenerationOutcome.CANCELLED)

@@ -43,10 +43,11 @@ from elastisched.backends.base import (
     GenerationRecord,
     JobStarted,
     NodesChanged,
+    stops_then_launches,
 )
 from elastisched.backends.local import LocalBackend
 from elastisched.core.enums import GenerationOutcome, GenerationState
-from elastisched.core.events import Action, ActionKind, LaunchSpec
+from elastisched.core.events import Action, LaunchSpec
 from elastisched.core.types import Allocation, NodeView, Pool
 
 log = logging.getLogger("elastisched.service")
@@ -117,13 +118,10 @@ class RayBackend(BackendBase):
 
     # ------------------------------------------------------------------ actions
     def apply(self, actions: Sequence[Action]) -> None:
-        stops = [a.job_id for a in actions if a.kind in (ActionKind.RESIZE, ActionKind.SUSPEND)]
+        stops, launches = stops_then_launches(actions)
         self._stop_many(stops, GenerationOutcome.STOPPED)
-        for a in actions:
-            if a.kind in (ActionKind.LAUNCH, ActionKind.RESIZE):
-                if a.launch is None:
-                    raise ValueError(f"job {a.job_id}: {a.kind.value} action without a launch spec")
-                self._pending.append(self._launch(a.job_id, a.allocation, a.launch))
+        for a, launch in launches:
+            self._pending.append(self._launch(a.job_id, a.allocation, launch))
 
     def cancel(self, job_id: str) -> None:
         self._stop_many([job_id], GenerationOutcome.CANCELLED)

@@ -36,7 +36,7 @@ from types import MappingProxyType
 import numpy as np
 
 from elastisched.core.errors import ConfigError
-from elastisched.core.types import ClusterSnapshot, JobView, NodeId, Pool
+from elastisched.core.types import ClusterSnapshot, JobView, NodeId, NodeView, Pool
 
 METHODS = ("greedy", "greedy-swap", "deepboot", "random", "milp")
 
@@ -249,3 +249,14 @@ def choose(method: str, servers: Sequence[NodeId], holdings: Sequence[Holding], 
     else:
         raise ConfigError("reclaim", method, f"unknown reclaim method; known: {', '.join(METHODS)}")
     return evaluate(picked, holdings)
+
+
+def capacity_without(nodes: tuple[NodeView, ...], gone: frozenset[NodeId]) -> tuple[dict[str, int], dict[str, int]]:
+    """(GPUs per type, largest node per type) of the cluster without the servers a reclaim returns."""
+    free: dict[str, int] = {}
+    per_node: dict[str, int] = {}
+    for n in nodes:
+        if n.node_id not in gone:
+            free[n.gpu_type] = free.get(n.gpu_type, 0) + n.num_gpus
+            per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
+    return free, per_node

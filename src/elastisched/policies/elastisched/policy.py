@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from elastisched.core.enums import LengthKnowledge
-from elastisched.core.types import Allocation, ClusterSnapshot, Decision, NodeId, NodeView, PendingReason
+from elastisched.core.types import Allocation, ClusterSnapshot, Decision, NodeId, PendingReason
+from elastisched.policies._reclaim import capacity_without
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.elastisched.assign import Assignment, Problem, solve
 from elastisched.policies.elastisched.candidates import Candidate, CandidateBuilder
@@ -112,7 +113,7 @@ class ElastischedPolicy(Policy):
         choice = self.loans.reclaim(snap, ctx.rng) if snap.reclaim_demand > 0 else None
         gone = frozenset(choice.servers) if choice else frozenset()
         risky = self.loans.at_risk(snap, gone, lent, ctx.rng) if lent > 0 else frozenset()
-        cluster, per_node = _capacity(snap.nodes, gone)
+        cluster, per_node = capacity_without(snap.nodes, gone)
         for t, idle in _idle_on(snap, risky).items():
             cluster[t] -= idle
         cands = self.builder.build(snap, ctx, _survivors(snap, gone), cluster, per_node, self._moved)
@@ -210,15 +211,6 @@ def _fits_ever(c: Candidate, cluster: dict[str, int]) -> bool:
     return any(cluster.get(t, 0) >= c.lo for t in c.times)
 
 
-def _capacity(nodes: tuple[NodeView, ...], gone: frozenset[NodeId]) -> tuple[dict[str, int], dict[str, int]]:
-    """(GPUs per type, largest server per type) without the servers a reclaim returns."""
-    cap: dict[str, int] = {}
-    per_node: dict[str, int] = {}
-    for n in nodes:
-        if n.node_id not in gone:
-            cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.num_gpus
-            per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
-    return cap, per_node
 
 
 def _survivors(snap: ClusterSnapshot, gone: frozenset[NodeId]) -> dict[str, tuple[tuple[NodeId, int], ...]]:

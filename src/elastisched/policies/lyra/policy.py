@@ -93,13 +93,12 @@ from elastisched.core.types import (
     JobSpec,
     JobView,
     NodeId,
-    NodeView,
     PendingReason,
     Pool,
 )
 from elastisched.models.application import Application, packed_shape
 from elastisched.policies._common import can_ever_fit, job_model
-from elastisched.policies._reclaim import METHODS, ReclaimChoice, choose, holdings_from_snapshot
+from elastisched.policies._reclaim import METHODS, ReclaimChoice, capacity_without, choose, holdings_from_snapshot
 from elastisched.policies.base import Policy, PolicyContext, register
 from elastisched.policies.lyra.extras import Admitted, KnapsackRule, extra_gpus, local_room
 from elastisched.policies.lyra.placement import Placement, Want, place
@@ -228,7 +227,7 @@ class LyraPolicy(Policy):
     def schedule(self, snap: ClusterSnapshot, ctx: PolicyContext) -> Decision:
         choice = self._reclaim(snap, ctx) if snap.reclaim_demand > 0 else None
         gone = frozenset(choice.servers) if choice else frozenset()
-        free, per_node = _capacity_without(snap.nodes, gone)
+        free, per_node = capacity_without(snap.nodes, gone)
         reasons: dict[str, PendingReason] = {}
         admitted, pending = self._keep_running(snap, ctx, choice, gone, free, per_node, reasons)
         train_types = {n.gpu_type for n in snap.nodes if n.pool is not Pool.LOANABLE}
@@ -372,13 +371,3 @@ class LyraPolicy(Policy):
     def state_dict(self) -> dict[str, Any]:
         return {}
 
-
-def _capacity_without(nodes: tuple[NodeView, ...], gone: frozenset[NodeId]) -> tuple[dict[str, int], dict[str, int]]:
-    """(GPUs per type, largest node per type) of the cluster without the servers a reclaim returns."""
-    free: dict[str, int] = {}
-    per_node: dict[str, int] = {}
-    for n in nodes:
-        if n.node_id not in gone:
-            free[n.gpu_type] = free.get(n.gpu_type, 0) + n.num_gpus
-            per_node[n.gpu_type] = max(per_node.get(n.gpu_type, 0), n.num_gpus)
-    return free, per_node
