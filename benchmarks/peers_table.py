@@ -92,14 +92,14 @@ def run_all(cells: list[tuple[str, int, str, int]], workers: int, timeout: float
         time.sleep(0.5)
         for c, (p, q, t0) in list(running.items()):
             rec: dict[str, Any] | None = None
-            if not q.empty():
+            if time.perf_counter() - t0 > timeout:  # first: a result not in by the deadline is late, however
+                p.kill()                            # short the poll that finds it (one every 0.5 s)
+                rec = {"error": f"timeout: no result after {timeout:.0f} s wall"}
+            elif not q.empty():
                 out, err = q.get()
                 rec = {"summary": out} if err is None else {"error": err}
             elif not p.is_alive():
                 rec = {"error": f"worker exited with code {p.exitcode}"}
-            elif time.perf_counter() - t0 > timeout:
-                p.kill()
-                rec = {"error": f"timeout: still running after {timeout:.0f} s wall"}
             if rec is not None:
                 p.join()
                 done[c] = rec
