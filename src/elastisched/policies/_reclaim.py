@@ -32,10 +32,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import cast
 
 import numpy as np
 
 from elastisched.core.errors import ConfigError
+from elastisched.core.nodes import NodeSet, node_set
 from elastisched.core.types import ClusterSnapshot, JobView, NodeId, NodeView, Pool
 
 METHODS = ("greedy", "greedy-swap", "deepboot", "random", "milp")
@@ -252,7 +254,20 @@ def choose(method: str, servers: Sequence[NodeId], holdings: Sequence[Holding], 
 
 
 def capacity_without(nodes: tuple[NodeView, ...], gone: frozenset[NodeId]) -> tuple[dict[str, int], dict[str, int]]:
-    """(GPUs per type, largest node per type) of the cluster without the servers a reclaim returns."""
+    """(GPUs per type, largest node per type) of the cluster without the servers a reclaim returns; fresh dicts
+    the caller may change. Without a reclaim the node tuple's own (computed once per tuple) are copied, so a
+    round costs O(types), not O(servers)."""
+    if not gone:
+        free, per_node = node_set(nodes).derived("capacity_without", _whole_capacity)
+        return dict(free), dict(per_node)
+    return _capacity(nodes, gone)
+
+
+def _whole_capacity(ns: NodeSet) -> tuple[dict[str, int], dict[str, int]]:
+    return _capacity(cast("tuple[NodeView, ...]", ns.nodes), frozenset())
+
+
+def _capacity(nodes: Sequence[NodeView], gone: frozenset[NodeId]) -> tuple[dict[str, int], dict[str, int]]:
     free: dict[str, int] = {}
     per_node: dict[str, int] = {}
     for n in nodes:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from elastisched.core.nodes import NodeSet
 from elastisched.core.types import ClusterSnapshot, JobView, NodeId, Pool
 from elastisched.loaning.forecast import SeasonalForecast
 from elastisched.policies._reclaim import ReclaimChoice, choose, holdings_from_snapshot
@@ -39,7 +40,7 @@ class LoanWatch:
 
     def observe(self, snap: ClusterSnapshot) -> int:
         """Record how many servers stay lent after this round's reclaim; returns that number."""
-        lent = sum(1 for n in snap.nodes if n.pool is Pool.LOANABLE) - max(snap.reclaim_demand, 0)
+        lent = snap.node_set.derived("elastisched.loaned", _loaned) - max(snap.reclaim_demand, 0)
         if lent > 0 or self.forecast.last is not None:
             self.forecast.observe(max(snap.now, self.forecast.last_t), max(lent, 0))
         return lent
@@ -66,3 +67,8 @@ class LoanWatch:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.forecast.load_state_dict(state)
+
+
+def _loaned(ns: NodeSet) -> int:
+    """Loaned servers in a node set (counted once per set)."""
+    return sum(1 for n in ns.nodes if getattr(n, "pool", Pool.TRAIN) is Pool.LOANABLE)

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
+from elastisched.core.nodes import NodeSet, node_set
 from elastisched.core.types import NodeId, NodeView, Pool
 
 Placement = tuple[tuple[NodeId, int], ...]
@@ -36,8 +38,21 @@ class TypeNodes:
     pos: dict[NodeId, int]
 
 
-def type_nodes(nodes: Sequence[NodeView], gone: frozenset[NodeId]) -> dict[str, TypeNodes]:
-    """Servers per GPU type, without the returned ones; all GPUs free (the caller takes the kept jobs')."""
+def type_nodes(nodes: tuple[NodeView, ...], gone: frozenset[NodeId]) -> dict[str, TypeNodes]:
+    """Servers per GPU type, without the returned ones; all GPUs free (the caller takes the kept jobs'). Without a
+    reclaim the arrays are built once per node tuple and only `free` is fresh each round."""
+    if gone:
+        return _group(nodes, gone)
+    base = node_set(nodes).derived("elastisched.type_nodes", _whole)
+    return {t: TypeNodes(tn.ids, tn.capacity, tn.capacity.copy(), tn.loaned, tn.index, tn.pos)
+            for t, tn in base.items()}
+
+
+def _whole(ns: NodeSet) -> dict[str, TypeNodes]:
+    return _group(cast("tuple[NodeView, ...]", ns.nodes), frozenset())
+
+
+def _group(nodes: Sequence[NodeView], gone: frozenset[NodeId]) -> dict[str, TypeNodes]:
     groups: dict[str, list[NodeView]] = {}
     for n in nodes:
         if n.node_id not in gone:
@@ -86,14 +101,14 @@ def place_job(tn: TypeNodes, gpus: int, old: Placement) -> Placement:
     return tuple((tn.ids[i], g) for i, g in sorted(picks.items()))
 
 
-def place_all(nodes: Sequence[NodeView], gone: frozenset[NodeId], kept: Mapping[str, Placement],
+def place_all(nodes: tuple[NodeView, ...], gone: frozenset[NodeId], kept: Mapping[str, Placement],
               wanted: Sequence[tuple[str, str, int, Placement]], closed: frozenset[NodeId] = frozenset()
               ) -> dict[str, Placement]:
     """Placements for `wanted` = (job, type, GPUs, old placement) after the `kept` ones (job -> placement);
     the result holds the kept ones unchanged and every wanted one that fits. `closed` servers keep what runs on
     them but take no new GPUs."""
     per_type = type_nodes(nodes, gone)
-    node_type = {n.node_id: n.gpu_type for n in nodes}
+    node_type = node_set(nodes).gpu_type
     out: dict[str, Placement] = dict(kept)
     for p in kept.values():
         for n, g in p:
