@@ -44,7 +44,7 @@ from elastisched.engine.overrides import admin_resize, pin
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.config import SimConfig
-from elastisched.sim.metrics import SimResult, add_job_row, collect, job_table, servers_per_type, timeline_table
+from elastisched.sim.metrics import JobRows, SimResult, collect, servers_per_type, timeline_table
 from elastisched.sim.usage import ClusterUsage
 from elastisched.workloads.schema import Workload
 
@@ -76,8 +76,9 @@ class Simulator:
         self.running: dict[JobId, SimJob] = {}
         self.done: list[SimJob] = []  # finished jobs' states, with `SimConfig.keep_finished` only
         self.finished = 0
-        self.job_rows = job_table()  # each finished job's row of jobs.csv, appended as it ends
         self.per_type_servers = servers_per_type(self.train_nodes)
+        self.rows = JobRows(self.per_type_servers)  # each finished job's row of jobs.csv, appended as it ends
+        self.job_rows = self.rows.table
         self.timeline = timeline_table()  # (t, busy GPUs, total GPUs, loaned servers) after each round
         self.latencies = array("d")
         self.reclaim_demand = 0
@@ -143,7 +144,7 @@ class Simulator:
         self.running_views.pop(jid, None)
         self.pending_views.pop(jid, None)
         self.stale.discard(jid)
-        add_job_row(self.job_rows, job, self.per_type_servers)  # its state is final: its row, then it may go
+        self.rows.add(job)  # its state is final: its row, then it may go
         self.finished += 1
         if self.cfg.keep_finished:
             self.done.append(job)
@@ -390,4 +391,5 @@ class Simulator:
                 self.cfg.progress(self.now, self.finished, len(self.workload.jobs))
         for job in list(self.running.values()):
             job.advance(self.now)
+        self.rows.flush()
         return collect(self, time.perf_counter() - wall0)

@@ -134,6 +134,19 @@ class Table:
         """A text column, rows as appended (the table's own list: do not modify)."""
         return self._strings[self._text.index(self.columns.index(name))]
 
+    def patch(self, rows: Sequence[int], values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite cells of float columns (figures known only after their rows were appended): column name ->
+        its values at `rows`."""
+        k = len(self._nums)
+        grid = np.frombuffer(self._values, dtype=float).reshape(self.rows, k)  # a view: the array is written
+        idx = np.asarray(rows, dtype=np.int64)
+        for name, v in values.items():
+            j = self._nums.index(self.columns.index(name))
+            if j in self._integral:
+                raise TypeError(f"column {name!r} holds ints; patch writes floats")
+            grid[idx, j] = v
+        del grid  # (an array exporting its buffer cannot grow)
+
     def freeze(self, order: Sequence[int] | np.ndarray | None = None) -> Columns:
         """The columns, their rows in `order` (default: as appended)."""
         k = len(self._nums)
