@@ -51,7 +51,7 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
             if used is not None:
                 used[i] += k
     if used is None:  # used = capacity - free exceeds capacity where free < 0
-        if free is None or not free.size or free.min() >= 0:
+        if free is None or not free.size or np.minimum.reduce(free) >= 0:  # (ndarray.min without its wrapper)
             return
         used = idx.capacity - free
     over = used > idx.capacity

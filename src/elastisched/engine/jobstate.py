@@ -136,6 +136,7 @@ class JobState:
     declared: float | None = None  # the work the job declared (`JobView.declared_work`); None: no length given
     gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
     view: JobView | None = None
+    _observed_view: Mapping[int, float] | None = None  # `observed` as views show it (None: to be made)
     _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
     _bounds_np: np.ndarray | None = None
     _epoch_work: np.ndarray | None = None
@@ -301,6 +302,7 @@ class JobState:
             self.samples_per_s, self.rates = allocation_rates(app, self.gpu_type, self.shape, self.cfg, alloc,
                                                               node_types)
             self.observed[gpus] = self.samples_per_s
+            self._observed_view = None
 
     def measured(self, steps: float, batch: int, t: float) -> None:
         """Measured progress (optimizer steps at global batch `batch`, at time `t`) replaces the estimate."""
@@ -339,13 +341,17 @@ class JobState:
         return JobPhase.RESTARTING if now < self.restart_until else JobPhase.RUNNING
 
     def make_view(self, now: float) -> JobView:
-        if self.view is None:
-            observed = MappingProxyType(dict(self.observed)) if self.observed else _NONE_OBSERVED
-            self.view = JobView(
-                spec=self.spec, phase=self.phase(now), allocation=self.allocation, progress=self.progress,
-                total_work=self.total, epoch=self.epoch, attained_service=self.attained, run_time=self.run_time,
-                updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
-                num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
-                observed_throughput=observed, samples_done=self.samples, model=self.app, grad_stats=self.grad_stats,
-                declared_work=self.declared)
-        return self.view
+        view = self.view
+        if view is None:
+            observed = self._observed_view  # (a copy of `observed`, made again only after it changed)
+            if observed is None:
+                observed = self._observed_view = (MappingProxyType(dict(self.observed)) if self.observed
+                                                  else _NONE_OBSERVED)
+            cfg = self.cfg
+            # JobView's fields in their order (positional: a dozen and a half keywords cost more than the view)
+            view = self.view = JobView(
+                self.spec, self.phase(now), self.allocation, self.progress, self.bounds[-1], self.epoch,
+                self.attained, self.run_time, self.updated, self.start_time, self.last_resize,
+                self.launches - 1 if self.launches > 1 else 0, cfg.global_batch if cfg is not None else 0, observed,
+                self.samples, self.app, self.grad_stats, self.declared)
+        return view

@@ -39,6 +39,7 @@ class RunRecord(Protocol):
     job_rows: Table
     timeline: Table
     latencies: Sequence[float]
+    rounds_skipped: int
     reclaims: list[dict[str, Any]]
     events: int
     stalled: list[str]
@@ -194,7 +195,7 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
         "makespan": makespan, "gpu_utilization": busy / avail if avail else 0.0,
         "restarts": int(jobs.array("restarts").sum()), "preemptions": int(jobs.array("preemptions").sum()),
         "reclaims": len(sim.reclaims), "reclaim_preemptions": int(sum(r["preempted"] for r in sim.reclaims)),
-        "rounds": len(sim.latencies), "events": sim.events,
+        "rounds": len(sim.latencies) + sim.rounds_skipped, "events": sim.events,
         "decision_ms_p50": _pct(lat, 50), "decision_ms_p99": _pct(lat, 99),
         "decision_ms_max": float(lat.max()) if len(lat) else 0.0,
         "wall_seconds": wall, "seed": sim.cfg.seed, "version": __version__,

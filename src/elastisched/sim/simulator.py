@@ -24,7 +24,6 @@ Semantics (details and the reasons for each in docs/simulator.md):
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import time
 from array import array
@@ -45,10 +44,11 @@ from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.config import SimConfig
 from elastisched.sim.metrics import JobRows, SimResult, collect, servers_per_type, timeline_table
+from elastisched.sim.timing import ARRIVAL, in_submission_order, next_round
 from elastisched.sim.usage import ClusterUsage
 from elastisched.workloads.schema import Workload
 
-ARRIVAL, COMPLETION, LOAN, FAILURE, RESIZE = 0, 1, 2, 3, 4
+COMPLETION, LOAN, FAILURE, RESIZE = 1, 2, 3, 4  # event kinds (`timing.ARRIVAL`: 0)
 SimJob = JobState  # the simulator keeps the engine's bookkeeping object per job
 
 
@@ -80,7 +80,8 @@ class Simulator:
         self.rows = JobRows(self.per_type_servers)  # each finished job's row of jobs.csv, appended as it ends
         self.job_rows = self.rows.table
         self.timeline = timeline_table()  # (t, busy GPUs, total GPUs, loaned servers) after each round
-        self.latencies = array("d")
+        self.latencies = array("d")  # the policy's decision time per round it was consulted in
+        self.rounds_skipped = 0  # rounds it was not consulted in, having promised they decide nothing
         self.reclaim_demand = 0
         self.reclaims: list[dict[str, Any]] = []
         self.events = 0
@@ -261,7 +262,23 @@ class Simulator:
             job.advance(self.now)
             self._apply_allocation(job, act.allocation)
 
+    def _idle_round(self) -> bool:
+        """Whether the policy promised that this round decides nothing (`Policy.idle_without_pending`): no job
+        waits for GPUs (arrived, stopped, or pending still), no server is to be returned, no callback wants the
+        round's snapshot, and the policy reads no progress (a snapshot would advance the running jobs)."""
+        policy = self.policy
+        if (not policy.idle_without_pending or policy.needs_progress or self._arrived or self.reclaim_demand > 0
+                or self.cfg.on_round is not None):
+            return False
+        jobs = self.jobs  # (the pending views hold the jobs launched since the last snapshot too: running ones)
+        return all(jobs[j].allocation.gpus for j in self.pending_views) and all(
+            jobs[j].allocation.gpus for j in self.stale)
+
     def _round(self) -> float | None:
+        if self._idle_round():
+            self.rounds_skipped += 1
+            self.timeline.append((self.now, self.busy, self.node_set.total_gpus, len(self.active_loans)))
+            return None
         snap = self._snapshot()
         res = self.engine.round(snap)
         self.latencies.append(res.latency_s)
@@ -297,9 +314,9 @@ class Simulator:
     # ------------------------------------------------------------------ inputs and the main loop
     def _push_inputs(self) -> None:
         """Every event known before the run but the arrivals: loan changes, failures and admin resizes. The
-        arrivals are read from the workload in time order as the clock reaches them (`_arrivals`), not pushed:
-        a million-job heap would cost memory and a log-factor per event. They come first among events at one
-        instant, as when they were pushed first."""
+        arrivals are read from the workload in time order as the clock reaches them (`in_submission_order`), not
+        pushed: a million-job heap would cost memory and a log-factor per event. They come first among events at
+        one instant, as when they were pushed first."""
         if self.cfg.loans is not None:
             for t, n in self.cfg.loans.steps:
                 self._push(t, LOAN, n)
@@ -307,16 +324,6 @@ class Simulator:
             self._push(t, FAILURE, jid)
         for t, jid, g in self.cfg.admin_resizes:
             self._push(t, RESIZE, (jid, g))
-
-    def _arrivals(self) -> Sequence[Any]:
-        """The workload's jobs by submission time (ties in workload order)."""
-        jobs = self.workload.jobs
-        for s in jobs:
-            if not math.isfinite(s.submit_time):
-                raise ValueError(f"event time must be finite, got {s.submit_time!r} (event kind {ARRIVAL})")
-        if all(a.submit_time <= b.submit_time for a, b in itertools.pairwise(jobs)):
-            return jobs
-        return sorted(jobs, key=lambda s: s.submit_time)
 
     def _handle(self, kind: int, payload: Any) -> bool:
         """Apply one event; True when it needs a round right now (a reclaim: inference is never delayed)."""
@@ -334,21 +341,11 @@ class Simulator:
             return self.reclaim_demand > 0
         return False
 
-    def _next_round(self, hint: float | None) -> float:
-        """When to consult the policy after a round at `now`: the next tick on the grid, or its hint."""
-        interval = self.policy.interval
-        if interval is None or not self.jobs:
-            return INF
-        nxt = (math.floor(self.now / interval + 1e-9) + 1) * interval  # back on the grid after off-grid rounds
-        if hint is not None:
-            nxt = max(nxt, hint, math.ceil(hint / interval - 1e-9) * interval) if hint < INF else INF
-        return nxt
-
     # ------------------------------------------------------------------ main loop
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         self._push_inputs()
-        arrivals, heap = self._arrivals(), self.heap
+        arrivals, heap = in_submission_order(self.workload.jobs), self.heap
         k, n_arrivals = 0, len(arrivals)
         t_arrival = arrivals[0].submit_time if n_arrivals else INF
         interval = self.policy.interval
@@ -385,7 +382,7 @@ class Simulator:
             if not self.running and not heap and k >= n_arrivals and self.jobs:
                 self.stalled = sorted(self.jobs)  # nothing runs and nothing will happen: jobs can never fit
                 break
-            pending_round = self._next_round(hint)
+            pending_round = next_round(self.now, self.policy.interval if self.jobs else None, hint)
             if self.cfg.progress is not None and time.perf_counter() - last_report > 0.2:
                 last_report = time.perf_counter()
                 self.cfg.progress(self.now, self.finished, len(self.workload.jobs))

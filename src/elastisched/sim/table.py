@@ -113,8 +113,9 @@ class Table:
             self._values.extend(numbers)
         except TypeError:  # a missing value (None): NaN; anything else is not a number
             self._values.extend([math.nan if v is None else _number(v) for v in numbers])
-        for column, v in zip(self._strings, text, strict=True):
-            column.append(v)
+        if text or self._strings:  # (a table of numbers alone, the timeline: one row per round)
+            for column, v in zip(self._strings, text, strict=True):
+                column.append(v)
         self.rows += 1
 
     def __len__(self) -> int:
