@@ -270,9 +270,14 @@ class JobState:
             return
         app = self.app
         self._node_types = node_types
-        types = set(node_types.values())
-        known = app is not None and all(t in app.profile.throughput for t in types)
-        self.gpu_type = running_type(app, types) if known and app is not None else min(types)
+        if len(node_types) == 1:  # (one node, the common case: its type, without a set)
+            (t,) = node_types.values()
+            known = app is not None and t in app.profile.throughput
+            self.gpu_type = t
+        else:
+            types = set(node_types.values())
+            known = app is not None and all(t in app.profile.throughput for t in types)
+            self.gpu_type = running_type(app, types) if known and app is not None else min(types)
         pl = alloc.placement
         self.shape = (pl[0][1],) if len(pl) == 1 else tuple([g for _, g in pl])
         gpus = alloc.gpus
@@ -323,15 +328,20 @@ class JobState:
         last = len(self.bounds) - 1
         if e >= last:
             return now
-        self.rate(e)
-        assert self.rates is not None
+        rates = self.rates
+        if rates is None:
+            self.rate(e)  # (fills self.rates)
+            rates = self.rates
+            assert rates is not None
         if self.progress == self.bounds[e]:  # at an epoch's start (a fresh job): each epoch's whole work
-            work = self.epoch_work[e:]
+            work = self.epoch_work if e == 0 else self.epoch_work[e:]
         else:
             b = self.bounds_arr
             work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
             work[0] = b[e + 1] - self.progress
-        return now + float(np.add.reduce(work / self.rates[e:last]))  # (ndarray.sum, without its wrapper)
+        if e or len(rates) != last:  # (the whole of both, a fresh job's: no slice)
+            rates = rates[e:last]
+        return now + float(np.add.reduce(work / rates))  # (ndarray.sum, without its wrapper)
 
     def phase(self, now: float) -> JobPhase:
         if self.end_time is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from elastisched import __version__
 from elastisched.core.nodes import node_set
-from elastisched.core.types import NodeView, PendingReason
+from elastisched.core.types import JobPhase, NodeView, PendingReason
 from elastisched.engine.jobstate import JobState
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.decompose import DECOMPOSITION, Batch, decompose
@@ -117,6 +117,10 @@ def servers_per_type(nodes: tuple[NodeView, ...]) -> dict[str, tuple[int, int]]:
     return per_node
 
 
+# a finished job's state (`JobState.phase` once it ended) and the reason of one that waited without any, as text
+_SUCCEEDED, _FAILED, _PRIORITY = JobPhase.SUCCEEDED.value, JobPhase.FAILED.value, PendingReason.PRIORITY.value
+
+
 class JobRows:
     """Each finished job's row of `jobs.csv` (`table`), appended as it ends. The decompositions of jobs that ran
     undisturbed are priced in batches (`decompose.Batch`): their last three figures are written into their
@@ -144,8 +148,8 @@ class JobRows:
                       j.preemptions, *parts, j.restart_gpu_seconds,
                       j.batch_seconds / j.run_time if j.run_time else math.nan, spec.batch_size),
                      # why it last waited (a PendingReason value); one that waited without one: behind higher priority
-                     (spec.job_id, spec.application, j.phase(end).value,
-                      j.reason or (PendingReason.PRIORITY.value if waited > 0 else "")))
+                     (spec.job_id, spec.application, _FAILED if j.failed else _SUCCEEDED,
+                      j.reason or (_PRIORITY if waited > 0 else "")))
         if self._batch.full:
             self.flush()
 

@@ -146,7 +146,8 @@ class QueueIndex:
     def after(self, q: int, g: int, b: int, then: Iterable[str]) -> Iterator[str]:
         """The jobs of queue `q` after block `b` of group `g`, then `then` (the walk's rest when it stops there)."""
         groups = self.groups[q]
-        blocks = [*groups[g].blocks[b + 1:], *(x for grp in groups[g + 1:] for x in grp.blocks)]
+        blocks = chain(groups[g].blocks[b + 1:], chain.from_iterable(grp.blocks for grp in groups[g + 1:]))
+        # (lazily: the walk reads them only when the GPUs run out in this block, before the index changes)
         return chain(chain.from_iterable(x.jobs for x in blocks), then)
 
 
