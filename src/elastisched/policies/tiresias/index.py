@@ -106,8 +106,12 @@ class QueueIndex:
             g.blocks.append(Block(g))
         b = g.blocks[-1]
         b.jobs.append(jid)
-        b.add(part, +1)
-        g.add(part, +1)
+        if part[0]:
+            b.add(part, +1)
+            g.add(part, +1)
+        else:  # (`add` of a special part, written out: a job arrives as one)
+            b.special += 1
+            g.special += 1
         self.where[jid] = b
         self.parts[jid] = part
 
@@ -130,9 +134,15 @@ class QueueIndex:
             return
         old = self.parts.get(jid, SPECIAL)
         if old != part:
-            for sums in (b, b.group):
-                sums.add(old, -1)
-                sums.add(part, +1)
+            g = b.group
+            if old[0]:
+                b.add(old, -1)
+                g.add(old, -1)
+            else:  # (`add` of a special part, written out)
+                b.special -= 1
+                g.special -= 1
+            b.add(part, +1)
+            g.add(part, +1)
             self.parts[jid] = part
 
     def least_key(self, s: Sums) -> float:
