@@ -47,9 +47,6 @@ class EventQueue:
         self.times: list[float] = []  # the heap of distinct times: `times[0]` is the next event's (read only)
         self._at: dict[float, list[tuple[float, int, Any]]] = {}
 
-    def __len__(self) -> int:
-        return sum(map(len, self._at.values()))
-
     def push(self, t: float, kind: int, payload: Any) -> None:
         if not math.isfinite(t):  # a NaN in the heap is never popped: the loop would spin forever
             raise ValueError(f"event time must be finite, got {t!r} (event kind {kind})")
