@@ -109,10 +109,11 @@ class Table:
                 if type(v) is not int or not -_EXACT <= v <= _EXACT:
                     self._integral = tuple(i for i in self._integral if _is_int(numbers[i]))
                     break
-        try:
-            self._values.extend(numbers)
+        row = list(numbers)
+        try:  # (`fromlist` appends all or nothing: `extend` would leave the cells before a bad one appended)
+            self._values.fromlist(row)
         except TypeError:  # a missing value (None): NaN; anything else is not a number
-            self._values.extend([math.nan if v is None else _number(v) for v in numbers])
+            self._values.fromlist([math.nan if v is None else _number(v) for v in row])
         if text or self._strings:  # (a table of numbers alone, the timeline: one row per round)
             for column, v in zip(self._strings, text, strict=True):
                 column.append(v)
