@@ -180,9 +180,14 @@ class JobState:
         if g:
             self.attained += dt * g
             self.run_time += dt
-            self.gpu_seconds_by_type[self.gpu_type] = self.gpu_seconds_by_type.get(self.gpu_type, 0.0) + dt * g
-            self.samples += self.samples_per_s * max(0.0, t - max(self.updated, self.restart_until))
-            stall = max(0.0, min(t, self.restart_until) - self.updated)
+            by_type = self.gpu_seconds_by_type
+            by_type[self.gpu_type] = by_type.get(self.gpu_type, 0.0) + dt * g
+            # max(0.0, t - max(updated, restart_until)) and max(0.0, min(t, restart_until) - updated), written out
+            updated, until = self.updated, self.restart_until
+            run = t - (until if until > updated else updated)
+            self.samples += self.samples_per_s * (run if run > 0.0 else 0.0)
+            stall = (until if until < t else t) - updated
+            stall = stall if stall > 0.0 else 0.0
             self.restart_time += stall
             self.restart_gpu_seconds += stall * g
             if self.cfg is not None:
@@ -206,8 +211,8 @@ class JobState:
         stop = last
         # a job that ran undisturbed finishes every epoch here: the epochs after the first are kept as
         # a range (`work_tail`), unless one has an entry already (measured progress went back an epoch)
-        if last - e0 > 1 and self.work_tail is None and not any(
-                k[0] == gt and k[1] == sh and e0 < k[2] < last for k in wbc):
+        if last - e0 > 1 and self.work_tail is None and (not wbc or not any(
+                k[0] == gt and k[1] == sh and e0 < k[2] < last for k in wbc)):
             stop = e0 + 1
             self.work_tail = (gt, sh, e0 + 1, last, progress)
         for e in range(e0, stop):  # the first epoch may have been begun in this configuration already
