@@ -154,13 +154,14 @@ class Table:
         k = len(self._nums)
         grid = np.frombuffer(self._values, dtype=float).reshape(self.rows, k) if self.rows else np.zeros((0, k))
         idx = np.arange(self.rows) if order is None else np.asarray(order, dtype=np.int64)
+        ordered = grid[idx]  # the rows in order, at once (a copy: the buffer must stay free to grow)
         out: dict[str, np.ndarray | list[Any]] = {}
         for j, i in enumerate(self._nums):
-            col = grid[idx, j]
-            out[self.columns[i]] = col.astype(np.int64) if j in self._integral and self.rows else col
+            col = ordered[:, j]
+            out[self.columns[i]] = col.astype(np.int64) if j in self._integral and self.rows else col.copy()
+        positions = idx.tolist()
         for j, i in enumerate(self._text):
-            strings = self._strings[j]
-            out[self.columns[i]] = [strings[r] for r in idx.tolist()]
+            out[self.columns[i]] = list(map(self._strings[j].__getitem__, positions))
         return Columns(self.columns, out, self.rows)
 
 
