@@ -73,3 +73,21 @@ def test_released_jobs_same_as_plain_dict() -> None:
     assert ch_fast.changed == ch_slow.changed and sorted(ch_fast.released) == sorted(ch_slow.released) == ["j0", "j1"]
     # j1's 4 GPUs on n1 and j0's 2 on n0 are free again before the open allocations are placed
     assert fast["j2"].placement == (("n1", 4),) and sum(g for _, g in fast["j0"].placement) == 2
+
+
+def test_an_explicit_placement_over_capacity_is_caught_on_the_changed_nodes() -> None:
+    """The capacity check after an incremental placement looks at the changed jobs' nodes only: a job placed
+    explicitly on a full node (n1) is still refused, naming the node, on either path; one that fits passes."""
+    from elastisched.engine.invariants import check
+
+    snap = _snap()
+    for decision in (KeptAllocations(snap.running_jobs(), {"j2": Allocation((("n1", 1),))}),
+                     {k: v.allocation for k, v in snap.running_jobs().items()} | {"j2": Allocation((("n1", 1),))}):
+        placed, free, changes = place_changes(decision, snap)
+        assert free is not None and changes is not None and changes.changed == ["j2"]
+        with pytest.raises(InvariantViolation, match=r"node n1: 5 GPUs allocated, capacity 4"):
+            check(placed, snap, False, free, changes.changed)
+    placed, free, changes = place_changes(KeptAllocations(snap.running_jobs(), {"j2": Allocation((("n2", 1),))}),
+                                          snap)
+    assert changes is not None
+    check(placed, snap, False, free, changes.changed)

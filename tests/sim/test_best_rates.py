@@ -7,7 +7,7 @@ import numpy as np
 
 from elastisched.models import PerfModels
 from elastisched.models.application import Application
-from elastisched.sim.metrics import _batch_grid, _elementwise_max, _rate, _shapes, best_rates
+from elastisched.sim.decompose import _batch_grid, _elementwise_max, _rate, _shapes, best_rates
 
 
 def _every_shape(models: PerfModels, name: str, cap: int, own: int, per_node: int, nodes: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from elastisched.models.application import packed_shape
 from elastisched.policies.base import make_policy
 from elastisched.report.compare import compare_report, write_run
 from elastisched.sim import SimConfig, simulate
-from elastisched.sim.metrics import DECOMPOSITION, best_batch_rates, best_rates
+from elastisched.sim.decompose import DECOMPOSITION, best_batch_rates, best_rates
 from elastisched.workloads.schema import Workload
 
 
@@ -69,3 +69,25 @@ def test_written_to_jobs_csv_summary_and_report(models: PerfModels, tmp_path: Pa
     assert "decomposition" in json.loads((tmp_path / "summary.json").read_text())
     html = compare_report(res, "t", {})["report.html"]
     assert "JCT decomposition" in str(html) and "loss_batch" in str(html)
+
+
+def test_batched_decompositions_are_the_per_job_ones_bit_for_bit(models: PerfModels) -> None:
+    """`JobRows` prices the jobs that ran undisturbed in batches (`decompose.Batch`): every row's figures are
+    those `decompose` gives the job alone, bit for bit, and the batch did take most of them (a preemptive
+    policy on a small cluster, so some jobs were disturbed and priced alone)."""
+    from elastisched.sim import Simulator
+    from elastisched.sim.decompose import Batch, decompose
+    from elastisched.workloads import load_workload
+
+    wl = load_workload("philly:sample=400,seed=3", models)
+    sim = Simulator(wl, make_policy("tiresias"), parse_cluster("4x4:t4"), models, SimConfig(keep_finished=True))
+    res = sim.run()
+    rows = {r.job: r for r in res.jobs.itertuples()}
+    batch = Batch(sim.per_type_servers)
+    taken = sum(batch.add(j, 0, j.run_time - j.restart_time) for j in sim.done)
+    assert 0.5 * len(sim.done) < taken < len(sim.done)
+    for j in sim.done:
+        row = rows[j.spec.job_id]
+        alone = decompose(j, sim.per_type_servers)
+        got = tuple(getattr(row, k) for k in DECOMPOSITION)
+        assert np.array_equal(np.array(got), np.array(alone), equal_nan=True), (j.spec.job_id, got, alone)

@@ -69,3 +69,32 @@ def test_finishing_run_logs_every_epoch() -> None:
     work = np.array(list(job.work_by_config.values()) + tail[2].tolist())
     assert epochs == list(range(len(job.bounds) - 1))
     assert np.allclose(work, np.diff(job.bounds_arr)) and abs(work.sum() - job.total) < 1e-9 * job.total
+
+
+def test_a_missing_cell_after_others_keeps_the_rows_aligned() -> None:
+    """A row whose numbers hold a None after other cells (a job that failed before it ever started: no start
+    time) is one row of NaN-for-None, not a half-appended row followed by the whole one."""
+    from elastisched.sim.table import Table
+
+    t = Table(["a", "b", "c", "name"], ("name",))
+    t.append((1.0, 2.0, 3), ("x",))
+    t.append((4.0, None, 6), ("y",))
+    t.append((7.0, 8.0, 9), ("z",))
+    frozen = t.freeze()
+    assert frozen.rows == [(1.0, 2.0, 3, "x"), (4.0, None, 6, "y"), (7.0, 8.0, 9, "z")]
+
+
+def test_a_job_that_fails_before_it_starts_has_its_row() -> None:
+    from elastisched.core.cluster import parse_cluster
+    from elastisched.core.types import JobSpec
+    from elastisched.models import PerfModels
+    from elastisched.policies.base import make_policy
+    from elastisched.sim import SimConfig, simulate
+    from elastisched.workloads.schema import Workload
+
+    jobs = tuple(JobSpec(j, t, "cifar10", 4, 512, work_scale=0.05) for j, t in (("a", 0.0), ("b", 1.0)))
+    r = simulate(Workload("hand", jobs, "t", "0"), make_policy("fifo"), parse_cluster("1x4:t4"),
+                 PerfModels.load(None), SimConfig(failures=((10.0, "b"),)))
+    b = r.jobs.set_index("job").loc["b"]
+    assert b.state == "FAILED" and pd.isna(b.start) and b.end == 10.0 and b.jct == 9.0 and b.run_time == 0.0
+    assert r.job_rows.to_csv() == r.jobs.to_csv(index=False)

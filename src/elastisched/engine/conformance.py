@@ -176,7 +176,21 @@ def _one(make: Callable[[], Policy], snap: ClusterSnapshot, ctx_models: PerfMode
     d2 = again.schedule(snap, PolicyContext(perf=ctx_models, rng=np.random.default_rng(seed), seed=seed))
     if _key(d) != _key(d2):
         return fail("determinism: a fresh policy restored to the same state decides the same", "decisions differ")
-    return []
+    why = _idle_error(pol, d, snap, state)
+    return fail("idle_without_pending: a round with no job pending decides nothing", why) if why else []
+
+
+def _idle_error(pol: Policy, d: Decision, snap: ClusterSnapshot, state_before: dict[str, object]) -> str | None:
+    """What breaks the promise of `Policy.idle_without_pending` on this snapshot (None: kept, or not promised,
+    or a job is pending or servers are reclaimed): every running job keeps its allocation, no reason, no
+    hint, no new state."""
+    if not pol.idle_without_pending or snap.reclaim_demand or any(not v.allocation.gpus for v in snap.jobs.values()):
+        return None
+    if dict(d.allocations) != {j: v.allocation for j, v in snap.jobs.items()}:
+        return "a running job's allocation changed"
+    if d.reasons or d.reclaim or d.next_round_at is not None:
+        return f"reasons {dict(d.reasons)}, reclaim {d.reclaim}, hint {d.next_round_at}"
+    return "its state changed" if pol.state_dict() != state_before else None
 
 
 def idle_cluster_round(make: Callable[[], Policy], models: PerfModels) -> list[Failure]:

@@ -19,11 +19,14 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
     any job (Optimus and Pollux treat every job as malleable); for a job the workload marks elastic it must
     stay within `min_gpus..max_gpus`.
     With `free` (the placer's), `only` may name the jobs whose allocation is not the object they hold now
-    (`placer.Changes.changed`): the others would be skipped below anyway.
+    (`placer.Changes.changed`): the others would be skipped below anyway. Only their nodes can then have gone
+    over capacity (the placer took GPUs for them alone, from a `free` that was not below zero), so only
+    those are looked at.
     """
     idx = node_index(snap.nodes)
     used = idx.capacity * 0 if free is None else None  # with `free`, capacity is read from it below
-    items = allocs.items() if only is None or free is None else ((jid, allocs[jid]) for jid in only)
+    touched: list[int] | None = None if only is None or free is None else []
+    items = allocs.items() if touched is None else ((jid, allocs[jid]) for jid in only)  # type: ignore[union-attr]
     for jid, a in items:
         job = snap.jobs.get(jid)
         if job is None:
@@ -50,8 +53,15 @@ def check(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot, elastic: bo
                                          f"job allows {spec.gpu_types}")
             if used is not None:
                 used[i] += k
+            elif touched is not None:
+                touched.append(i)
     if used is None:  # used = capacity - free exceeds capacity where free < 0
-        if free is None or not free.size or free.min() >= 0:
+        if free is None or not free.size:
+            return
+        if touched is not None:
+            if all(free.item(i) >= 0 for i in touched):
+                return
+        elif np.minimum.reduce(free) >= 0:  # (ndarray.min without its wrapper)
             return
         used = idx.capacity - free
     over = used > idx.capacity

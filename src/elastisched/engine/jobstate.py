@@ -136,6 +136,7 @@ class JobState:
     declared: float | None = None  # the work the job declared (`JobView.declared_work`); None: no length given
     gpu_seconds_by_type: dict[str, float] = field(default_factory=dict)
     view: JobView | None = None
+    _observed_view: Mapping[int, float] | None = None  # `observed` as views show it (None: to be made)
     _node_types: Mapping[str, str] | None = None  # GPU type of each node of the allocation
     _bounds_np: np.ndarray | None = None
     _epoch_work: np.ndarray | None = None
@@ -179,9 +180,14 @@ class JobState:
         if g:
             self.attained += dt * g
             self.run_time += dt
-            self.gpu_seconds_by_type[self.gpu_type] = self.gpu_seconds_by_type.get(self.gpu_type, 0.0) + dt * g
-            self.samples += self.samples_per_s * max(0.0, t - max(self.updated, self.restart_until))
-            stall = max(0.0, min(t, self.restart_until) - self.updated)
+            by_type = self.gpu_seconds_by_type
+            by_type[self.gpu_type] = by_type.get(self.gpu_type, 0.0) + dt * g
+            # max(0.0, t - max(updated, restart_until)) and max(0.0, min(t, restart_until) - updated), written out
+            updated, until = self.updated, self.restart_until
+            run = t - (until if until > updated else updated)
+            self.samples += self.samples_per_s * (run if run > 0.0 else 0.0)
+            stall = (until if until < t else t) - updated
+            stall = stall if stall > 0.0 else 0.0
             self.restart_time += stall
             self.restart_gpu_seconds += stall * g
             if self.cfg is not None:
@@ -205,8 +211,8 @@ class JobState:
         stop = last
         # a job that ran undisturbed finishes every epoch here: the epochs after the first are kept as
         # a range (`work_tail`), unless one has an entry already (measured progress went back an epoch)
-        if last - e0 > 1 and self.work_tail is None and not any(
-                k[0] == gt and k[1] == sh and e0 < k[2] < last for k in wbc):
+        if last - e0 > 1 and self.work_tail is None and (not wbc or not any(
+                k[0] == gt and k[1] == sh and e0 < k[2] < last for k in wbc)):
             stop = e0 + 1
             self.work_tail = (gt, sh, e0 + 1, last, progress)
         for e in range(e0, stop):  # the first epoch may have been begun in this configuration already
@@ -269,9 +275,14 @@ class JobState:
             return
         app = self.app
         self._node_types = node_types
-        types = set(node_types.values())
-        known = app is not None and all(t in app.profile.throughput for t in types)
-        self.gpu_type = running_type(app, types) if known and app is not None else min(types)
+        if len(node_types) == 1:  # (one node, the common case: its type, without a set)
+            (t,) = node_types.values()
+            known = app is not None and t in app.profile.throughput
+            self.gpu_type = t
+        else:
+            types = set(node_types.values())
+            known = app is not None and all(t in app.profile.throughput for t in types)
+            self.gpu_type = running_type(app, types) if known and app is not None else min(types)
         pl = alloc.placement
         self.shape = (pl[0][1],) if len(pl) == 1 else tuple([g for _, g in pl])
         gpus = alloc.gpus
@@ -301,6 +312,7 @@ class JobState:
             self.samples_per_s, self.rates = allocation_rates(app, self.gpu_type, self.shape, self.cfg, alloc,
                                                               node_types)
             self.observed[gpus] = self.samples_per_s
+            self._observed_view = None
 
     def measured(self, steps: float, batch: int, t: float) -> None:
         """Measured progress (optimizer steps at global batch `batch`, at time `t`) replaces the estimate."""
@@ -321,15 +333,20 @@ class JobState:
         last = len(self.bounds) - 1
         if e >= last:
             return now
-        self.rate(e)
-        assert self.rates is not None
+        rates = self.rates
+        if rates is None:
+            self.rate(e)  # (fills self.rates)
+            rates = self.rates
+            assert rates is not None
         if self.progress == self.bounds[e]:  # at an epoch's start (a fresh job): each epoch's whole work
-            work = self.epoch_work[e:]
+            work = self.epoch_work if e == 0 else self.epoch_work[e:]
         else:
             b = self.bounds_arr
             work = b[e + 1:] - b[e:-1]  # np.diff, without its wrapper
             work[0] = b[e + 1] - self.progress
-        return now + float(np.add.reduce(work / self.rates[e:last]))  # (ndarray.sum, without its wrapper)
+        if e or len(rates) != last:  # (the whole of both, a fresh job's: no slice)
+            rates = rates[e:last]
+        return now + float(np.add.reduce(work / rates))  # (ndarray.sum, without its wrapper)
 
     def phase(self, now: float) -> JobPhase:
         if self.end_time is not None:
@@ -339,13 +356,17 @@ class JobState:
         return JobPhase.RESTARTING if now < self.restart_until else JobPhase.RUNNING
 
     def make_view(self, now: float) -> JobView:
-        if self.view is None:
-            observed = MappingProxyType(dict(self.observed)) if self.observed else _NONE_OBSERVED
-            self.view = JobView(
-                spec=self.spec, phase=self.phase(now), allocation=self.allocation, progress=self.progress,
-                total_work=self.total, epoch=self.epoch, attained_service=self.attained, run_time=self.run_time,
-                updated_at=self.updated, start_time=self.start_time, last_resize_time=self.last_resize,
-                num_restarts=max(self.launches - 1, 0), batch_size=self.cfg.global_batch if self.cfg else 0,
-                observed_throughput=observed, samples_done=self.samples, model=self.app, grad_stats=self.grad_stats,
-                declared_work=self.declared)
-        return self.view
+        view = self.view
+        if view is None:
+            observed = self._observed_view  # (a copy of `observed`, made again only after it changed)
+            if observed is None:
+                observed = self._observed_view = (MappingProxyType(dict(self.observed)) if self.observed
+                                                  else _NONE_OBSERVED)
+            cfg = self.cfg
+            # JobView's fields in their order (positional: a dozen and a half keywords cost more than the view)
+            view = self.view = JobView(
+                self.spec, self.phase(now), self.allocation, self.progress, self.bounds[-1], self.epoch,
+                self.attained, self.run_time, self.updated, self.start_time, self.last_resize,
+                self.launches - 1 if self.launches > 1 else 0, cfg.global_batch if cfg is not None else 0, observed,
+                self.samples, self.app, self.grad_stats, self.declared)
+        return view

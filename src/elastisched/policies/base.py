@@ -64,6 +64,10 @@ class Policy:
     elastic: ClassVar[bool] = False
     #: False if the policy never reads progress/epoch of running jobs: the simulator then skips refreshing them
     needs_progress: ClassVar[bool] = True
+    #: True if a round in which no job is pending and no server is to be returned decides nothing: every running
+    #: job keeps its allocation, no reasons, no hint, and the policy's state does not change (FIFO). A body may
+    #: then skip consulting it (the simulator still counts the round and records its timeline row)
+    idle_without_pending: ClassVar[bool] = False
     #: True if a batch-size change on an unchanged placement happens inside the running job, between steps, as
     #: AdaptDL's adaptive batch size does: the simulator then charges `SimConfig.reconfigure_cost` (default 0)
     #: instead of a restart (Pollux)

@@ -22,6 +22,7 @@ class FifoPolicy(Policy):
     description = "First come, first served; a job that does not fit blocks the queue behind it."
     interval = None
     needs_progress = False
+    idle_without_pending = True  # nothing pending: every running job keeps its GPUs, nothing to say
 
     def __init__(self) -> None:
         self._fit_for: tuple[NodeView, ...] | None = None  # node set that `_fit` was computed for

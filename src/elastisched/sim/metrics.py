@@ -1,19 +1,7 @@
-"""Results of a simulation: per-job table, summary figures, utilisation timeline, JCT decomposition.
+"""Results of a simulation: per-job table, summary figures, utilisation timeline.
 
-JCT decomposition (issue 13; docs/seeds.md): per job, `jct = queued + restarting + running` and
-`running = best + loss_gpus + loss_batch`, where
-- `queued`: seconds without GPUs (before the first start and after preemptions), `jct − run_time`;
-- `restarting`: seconds holding GPUs inside a restart / resize window (no progress);
-- `best`: the job's whole work at its best achievable goodput — per epoch, the largest goodput over every
-  GPU count 1..`spec.gpu_cap`, spread evenly over any feasible number of servers of the type it ran on most
-  (packed or spread: on T4 spreading is sometimes faster) and every batch size on a 12-point geometric grid
-  from the application's smallest to largest profiled batch plus the job's own;
-- `loss_batch`: running time minus the time the same progress would have taken on the very GPUs it had at
-  the best batch for them (the batch-size inefficiency, ≥ 0);
-- `loss_gpus`: the rest (`running − best − loss_batch`): GPU-count / placement inefficiency. Negative when a
-  policy gave the job more GPUs than its cap (a gain from extras).
-Progress is priced per (GPU type, shape, epoch) at the data-parallel rate of the slowest type (an IIDP
-allocation is priced as data parallel). Per policy (summary): GPU-hours running, restarting and idle.
+Per job, the JCT decomposition (`sim.decompose`: queued, restarting, running = best + loss_gpus + loss_batch);
+per policy (summary): GPU-hours running, restarting and idle.
 
 Batch guard rail (issue 21): per job `mean_batch`, the global batch weighted by the seconds it held GPUs at it,
 beside `requested_batch`; the summary's `mean_batch_vs_request` is the mean of their ratio over finished jobs.
@@ -22,19 +10,18 @@ beside `requested_batch`; the summary's `mean_batch_vs_request` is the mean of t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from elastisched import __version__
 from elastisched.core.nodes import node_set
-from elastisched.core.types import NodeView, PendingReason
+from elastisched.core.types import JobPhase, NodeView, PendingReason
 from elastisched.engine.jobstate import JobState
-from elastisched.models.application import Application
 from elastisched.policies.base import Policy, PolicyContext
+from elastisched.sim.decompose import DECOMPOSITION, Batch, decompose
 from elastisched.sim.table import Rows, Table
 from elastisched.workloads.schema import Workload
 
@@ -52,6 +39,7 @@ class RunRecord(Protocol):
     job_rows: Table
     timeline: Table
     latencies: Sequence[float]
+    rounds_skipped: int
     reclaims: list[dict[str, Any]]
     events: int
     stalled: list[str]
@@ -103,195 +91,6 @@ def _nansum(x: np.ndarray) -> float:
     return float(np.where(np.isnan(x), 0.0, x).sum())
 
 
-_BEST: dict[tuple[Any, ...], np.ndarray] = {}
-_GROUPS: dict[tuple[Any, ...], np.ndarray | None] = {}
-#: The applications the two caches are keyed by (their id, not their name: two profile sets can share a name,
-#: e.g. Pollux's and Sia's cifar10 in one sweep process). Held here so an id is never reused while cached.
-_APPS: dict[int, Application] = {}
-#: `best_rates` read at each epoch of a job with `n` epochs (what `decompose` divides by), per its key and `n`
-_BEST_AT: dict[tuple[Any, ...], np.ndarray] = {}
-#: `best_batch_rates` read at each epoch of a job with `n` epochs, per its key and `n` (`_at_best_batch`)
-_RATE_AT: dict[tuple[Any, ...], np.ndarray] = {}
-
-
-def _app_key(app: Application) -> int:
-    if len(_BEST) + len(_GROUPS) + len(_BEST_AT) + len(_RATE_AT) > 200_000:
-        _BEST.clear()
-        _GROUPS.clear()
-        _APPS.clear()
-        _BEST_AT.clear()
-        _RATE_AT.clear()
-    _APPS.setdefault(id(app), app)
-    return id(app)
-
-
-def _cached(key: tuple[Any, ...], make: Callable[[], np.ndarray]) -> np.ndarray:
-    r = _BEST.get(key)
-    if r is None:
-        r = _BEST[key] = make()
-    return r
-
-
-def _rate(app: Application, gpu_type: str, shape: tuple[int, ...], batch: int) -> np.ndarray:
-    """Progress/s per epoch on `shape` GPUs of `gpu_type` at global batch `batch`."""
-    cfg = app.batch_config(sum(shape), int(batch))
-    return app.efficiency.gains(cfg.global_batch) / app.iteration_time(gpu_type, shape, cfg)
-
-
-def _grid_rates(app: Application, gpu_type: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The per-epoch best over the 12-point batch grid (the part shared by every job's own batch)."""
-    return _cached((_app_key(app), gpu_type, shape), lambda: _elementwise_max(
-        [_rate(app, gpu_type, shape, b) for b in _batch_grid(app.init_batch_size, app.max_batch_size)]))
-
-
-def best_batch_rates(app: Application, gpu_type: str, shape: tuple[int, ...], own_batch: int) -> np.ndarray:
-    """Progress/s per epoch on `shape` GPUs of `gpu_type` at the best batch for each epoch (grid above).
-    A maximum does not depend on the order it is taken in, so the grid's part is computed once per shape."""
-    return _cached((_app_key(app), gpu_type, shape, own_batch), lambda: _elementwise_max(
-        [_grid_rates(app, gpu_type, shape), _rate(app, gpu_type, shape, own_batch)]))
-
-
-@lru_cache(maxsize=4096)
-def _batch_grid(lo: int, hi: int) -> tuple[int, ...]:
-    return tuple(sorted(set(np.geomspace(lo, hi, 12).astype(int).tolist())))
-
-
-@lru_cache(maxsize=4096)
-def _shapes(cap: int, per_node: int, nodes: int) -> tuple[tuple[int, ...], ...]:
-    return tuple(sorted({_balanced(g, k) for g in range(1, cap + 1)
-                         for k in range(-(-g // per_node), min(g, nodes) + 1)}))
-
-
-def best_rates(app: Application, gpu_type: str, cap: int, own_batch: int, per_node: int, nodes: int) -> np.ndarray:
-    """Progress/s per epoch at the best GPU count ≤ `cap`, the best spread of it over the type's `nodes`
-    servers (balanced over k servers; spreading can beat packing on T4) and the best batch: the best over
-    the batch grid (shared by all jobs of the application) and over the job's own batch."""
-    shapes = _shapes(cap, per_node, nodes)
-    grid_batches = _batch_grid(app.init_batch_size, app.max_batch_size)
-    grid = _cached((_app_key(app), gpu_type, cap, per_node, nodes), lambda: _elementwise_max(
-        _by_count(app, gpu_type, cap, grid_batches, per_node, nodes)
-        or [_grid_rates(app, gpu_type, sh) for sh in shapes]))
-    return _cached((_app_key(app), gpu_type, cap, own_batch, per_node, nodes), lambda: _elementwise_max(
-        [grid, *(_by_count(app, gpu_type, cap, (own_batch,), per_node, nodes)
-                 or [_rate(app, gpu_type, sh, own_batch) for sh in shapes])]))
-
-
-def _by_count(app: Application, gpu_type: str, cap: int, batches: tuple[int, ...], per_node: int, nodes: int
-              ) -> list[np.ndarray] | None:
-    """The candidates of `best_rates` for `batches`, one per (GPU count, batch) instead of one per shape: the
-    shapes of g GPUs share the batch configuration and so the gains, and gains / t is largest at the least
-    iteration time t (a correctly rounded division by a positive number is monotone), so their per-epoch
-    maximum is gains / min t, the very same numbers. None (the caller takes every shape) when a time is
-    not positive and finite or a gain not positive, where that no longer holds."""
-    out = []
-    for b in batches:
-        for g in range(1, cap + 1):
-            key = (_app_key(app), gpu_type, g, b, per_node, nodes)
-            if key not in _GROUPS:
-                _GROUPS[key] = _count_rate(app, gpu_type, g, b, per_node, nodes)
-            r = _GROUPS[key]
-            if r is None:
-                return None
-            out.append(r)
-    return out
-
-
-def _count_rate(app: Application, gpu_type: str, g: int, batch: int, per_node: int, nodes: int) -> np.ndarray | None:
-    cfg = app.batch_config(g, int(batch))
-    least = math.inf
-    for k in range(-(-g // per_node), min(g, nodes) + 1):  # the balanced shapes of g GPUs, as `_shapes`
-        t = app.iteration_time(gpu_type, _balanced(g, k), cfg)
-        if not 0.0 < t < math.inf:
-            return None
-        least = min(least, t)
-    gains = app.efficiency.gains(cfg.global_batch)
-    if least == math.inf or not bool(np.all(gains > 0)):
-        return None
-    return gains / least
-
-
-def _elementwise_max(rates: list[np.ndarray]) -> np.ndarray:
-    """Per-epoch maximum over candidates; profiles measured at different batches can cover different numbers
-    of epochs (Sia's validation files), so the common prefix is compared."""
-    n = min(len(r) for r in rates)
-    return np.max([r[:n] for r in rates], axis=0)
-
-
-@lru_cache(maxsize=65536)
-def _balanced(g: int, k: int) -> tuple[int, ...]:
-    """`g` GPUs over `k` servers as evenly as they go (the first `g % k` take one more); cached: the best rates
-    of every batch read the same shapes."""
-    return tuple(g // k + (i < g % k) for i in range(k))
-
-
-def decompose(j: JobState, per_node: dict[str, tuple[int, int]]) -> tuple[float, ...]:
-    """The job's JCT decomposition (module docstring) in `DECOMPOSITION` order; NaN losses when it has no
-    model (a tuple: `collect` makes one per job)."""
-    jct = (j.end_time or 0.0) - j.spec.submit_time
-    running = j.run_time - j.restart_time
-    nan = float("nan")
-    app = j.app
-    if app is None or not j.gpu_seconds_by_type or not j.work_by_config:
-        return jct - j.run_time, j.restart_time, running, nan, nan, nan
-    work = j.epoch_work
-    akey = _app_key(app)
-    at_best_batch = _at_best_batch(j, app, akey, work)
-    t = max(j.gpu_seconds_by_type, key=j.gpu_seconds_by_type.__getitem__)
-    if t not in app.profile.throughput:
-        return jct - j.run_time, j.restart_time, running, nan, nan, nan
-    n = len(work)
-    servers = per_node.get(t, (1, 1))
-    key = (akey, t, j.spec.gpu_cap, j.spec.batch_size, servers, n)
-    best_at = _BEST_AT.get(key)
-    if best_at is None:
-        best_r = best_rates(app, t, j.spec.gpu_cap, j.spec.batch_size, *servers)
-        best_at = _BEST_AT[key] = best_r[np.minimum(np.arange(n), len(best_r) - 1)]
-    best = float(np.add.reduce(work / best_at))  # (ndarray.sum's pairwise sum, without its wrapper)
-    return jct - j.run_time, j.restart_time, running, best, at_best_batch - best, running - at_best_batch
-
-
-def _at_best_batch(j: JobState, app: Application, akey: int, work: np.ndarray) -> float:
-    """Σ over the job's work log (`work_by_config`, then the whole epochs of its `work_tail`), in the log's
-    order, of each entry's work / the best-batch rate of its configuration at its epoch, summed one after
-    another (configurations without a profile of their GPU type left out). `work`: each epoch's work, which
-    is a tail epoch's (`JobState.tail_entries`) whenever the tail starts at or after the progress it began at."""
-    thr, own = app.profile.throughput, j.spec.batch_size
-    acc: float | None = None
-    config: tuple[str, tuple[int, ...]] | None = None
-    r: np.ndarray | None = None
-    for (t, shape, e), w in j.work_by_config.items():
-        if (t, shape) != config:
-            config, r = (t, shape), _batch_rates(app, akey, t, shape, own) if t in thr and shape else None
-        if r is not None:
-            v = w / float(r[e if e < len(r) else len(r) - 1])
-            acc = v if acc is None else acc + v
-    if j.work_tail is not None:
-        t, shape, first, last, progress = j.work_tail
-        r = _batch_rates(app, akey, t, shape, own) if t in thr and shape else None
-        if r is not None and last > first:
-            key = (akey, t, shape, own, len(work))
-            r_at = _RATE_AT.get(key)
-            if r_at is None:
-                r_at = _RATE_AT[key] = r[np.minimum(np.arange(len(work)), len(r) - 1)]
-            tail = work[first:last] if progress <= j.bounds[first] else j.tail_entries()[2]  # type: ignore[index]
-            if acc is None:
-                acc = float(np.add.accumulate(tail / r_at[first:last])[-1])
-            else:  # the head's sum, then each tail entry after it: one sequential sum over [acc, entries...]
-                buf = np.empty(last - first + 1)
-                buf[0] = acc
-                np.divide(tail, r_at[first:last], out=buf[1:])
-                acc = float(np.add.accumulate(buf, out=buf)[-1])
-    return 0.0 if acc is None else acc
-
-
-def _batch_rates(app: Application, akey: int, t: str, shape: tuple[int, ...], own: int) -> np.ndarray:
-    r = _BEST.get((akey, t, shape, own))
-    return r if r is not None else best_batch_rates(app, t, shape, own)
-
-
-DECOMPOSITION = ["queued", "restarting", "running", "best", "loss_gpus", "loss_batch"]
-
-
 JOB_COLUMNS = ["job", "application", "submit", "start", "end", "jct", "queue", "requested_gpus", "gpu_seconds",
                "avg_gpus", "run_time", "restarts", "preemptions", "state", "reason", *DECOMPOSITION,
                "restart_gpu_seconds", "mean_batch", "requested_batch"]
@@ -300,7 +99,7 @@ TIMELINE_COLUMNS = ["t", "busy_gpus", "total_gpus", "loaned_servers"]
 
 
 def job_table() -> Table:
-    """The rows of `jobs.csv`, appended as jobs end (`job_row`)."""
+    """The rows of `jobs.csv`, appended as jobs end (`JobRows`)."""
     return Table(JOB_COLUMNS, _JOB_TEXT)
 
 
@@ -318,18 +117,46 @@ def servers_per_type(nodes: tuple[NodeView, ...]) -> dict[str, tuple[int, int]]:
     return per_node
 
 
-def add_job_row(table: Table, j: JobState, per_node: dict[str, tuple[int, int]]) -> None:
-    """The `jobs.csv` row of a job that has just ended (its state is final then), appended to `table`."""
-    spec, start, end = j.spec, j.start_time, j.end_time
-    assert end is not None
-    waited = (start or end) - spec.submit_time
-    table.append((spec.submit_time, start, end, end - spec.submit_time, waited, spec.num_gpus, j.attained,
-                  j.attained / j.run_time if j.run_time else 0.0, j.run_time, max(j.launches - 1, 0), j.preemptions,
-                  *decompose(j, per_node), j.restart_gpu_seconds,
-                  j.batch_seconds / j.run_time if j.run_time else math.nan, spec.batch_size),
-                 # why it last waited (a PendingReason value); a job that waited without one: behind higher priority
-                 (spec.job_id, spec.application, j.phase(end).value,
-                  j.reason or (PendingReason.PRIORITY.value if waited > 0 else "")))
+# a finished job's state (`JobState.phase` once it ended) and the reason of one that waited without any, as text
+_SUCCEEDED, _FAILED, _PRIORITY = JobPhase.SUCCEEDED.value, JobPhase.FAILED.value, PendingReason.PRIORITY.value
+
+
+class JobRows:
+    """Each finished job's row of `jobs.csv` (`table`), appended as it ends. The decompositions of jobs that ran
+    undisturbed are priced in batches (`decompose.Batch`): their last three figures are written into their
+    rows at the next `flush` (every `BATCH_JOBS` such jobs, and at the end of a run: read `table` after one)."""
+
+    def __init__(self, per_node: dict[str, tuple[int, int]]) -> None:
+        self.table = job_table()
+        self.per_node = per_node
+        self._batch = Batch(per_node)
+
+    def add(self, j: JobState) -> None:
+        """The row of a job that has just ended (its state is final then)."""
+        spec, start, end = j.spec, j.start_time, j.end_time
+        assert end is not None
+        waited = (start or end) - spec.submit_time
+        table = self.table
+        running = j.run_time - j.restart_time
+        if self._batch.add(j, len(table), running):
+            nan = math.nan  # (until `flush`)
+            parts: tuple[float, ...] = (end - spec.submit_time - j.run_time, j.restart_time, running, nan, nan, nan)
+        else:
+            parts = decompose(j, self.per_node)
+        table.append((spec.submit_time, start, end, end - spec.submit_time, waited, spec.num_gpus, j.attained,
+                      j.attained / j.run_time if j.run_time else 0.0, j.run_time, max(j.launches - 1, 0),
+                      j.preemptions, *parts, j.restart_gpu_seconds,
+                      j.batch_seconds / j.run_time if j.run_time else math.nan, spec.batch_size),
+                     # why it last waited (a PendingReason value); one that waited without one: behind higher priority
+                     (spec.job_id, spec.application, _FAILED if j.failed else _SUCCEEDED,
+                      j.reason or (_PRIORITY if waited > 0 else "")))
+        if self._batch.full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the batched decompositions into their rows."""
+        for rows, best, loss_gpus, loss_batch in self._batch.flush():
+            self.table.patch(rows, {"best": best, "loss_gpus": loss_gpus, "loss_batch": loss_batch})
 
 
 def _by_submission(submit: np.ndarray, job_ids: list[str]) -> np.ndarray:
@@ -372,7 +199,7 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
         "makespan": makespan, "gpu_utilization": busy / avail if avail else 0.0,
         "restarts": int(jobs.array("restarts").sum()), "preemptions": int(jobs.array("preemptions").sum()),
         "reclaims": len(sim.reclaims), "reclaim_preemptions": int(sum(r["preempted"] for r in sim.reclaims)),
-        "rounds": len(sim.latencies), "events": sim.events,
+        "rounds": len(sim.latencies) + sim.rounds_skipped, "events": sim.events,
         "decision_ms_p50": _pct(lat, 50), "decision_ms_p99": _pct(lat, 99),
         "decision_ms_max": float(lat.max()) if len(lat) else 0.0,
         "wall_seconds": wall, "seed": sim.cfg.seed, "version": __version__,

@@ -23,8 +23,6 @@ Semantics (details and the reasons for each in docs/simulator.md):
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 import time
 from array import array
@@ -37,18 +35,19 @@ import numpy as np
 from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
 from elastisched.core.nodes import node_set
-from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, JobId, JobView, NodeView, Pool
+from elastisched.core.types import NO_ALLOCATION, ClusterSnapshot, JobId, JobView, NodeView, Pool
 from elastisched.engine.jobstate import INF, JobState, new_state
 from elastisched.engine.loop import Engine, RoundResult
 from elastisched.engine.overrides import admin_resize, pin
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.config import SimConfig
-from elastisched.sim.metrics import SimResult, add_job_row, collect, job_table, servers_per_type, timeline_table
+from elastisched.sim.metrics import JobRows, SimResult, collect, servers_per_type, timeline_table
+from elastisched.sim.timing import ARRIVAL, EventQueue, in_submission_order, next_round
 from elastisched.sim.usage import ClusterUsage
 from elastisched.workloads.schema import Workload
 
-ARRIVAL, COMPLETION, LOAN, FAILURE, RESIZE = 0, 1, 2, 3, 4
+COMPLETION, LOAN, FAILURE, RESIZE = 1, 2, 3, 4  # event kinds (`timing.ARRIVAL`: 0)
 SimJob = JobState  # the simulator keeps the engine's bookkeeping object per job
 
 
@@ -70,16 +69,17 @@ class Simulator:
                                  options=dict(self.cfg.options))
         self.engine = Engine(policy, self.ctx, self.cfg.check_invariants)
         self.clock = SimClock()
-        self.heap: list[tuple[float, int, int, Any]] = []
-        self.seq = 0
+        self.queue = EventQueue()  # every event but the arrivals (`_push_inputs`)
         self.jobs: dict[JobId, SimJob] = {}  # active, submission order
         self.running: dict[JobId, SimJob] = {}
         self.done: list[SimJob] = []  # finished jobs' states, with `SimConfig.keep_finished` only
         self.finished = 0
-        self.job_rows = job_table()  # each finished job's row of jobs.csv, appended as it ends
         self.per_type_servers = servers_per_type(self.train_nodes)
+        self.rows = JobRows(self.per_type_servers)  # each finished job's row of jobs.csv, appended as it ends
+        self.job_rows = self.rows.table
         self.timeline = timeline_table()  # (t, busy GPUs, total GPUs, loaned servers) after each round
-        self.latencies = array("d")
+        self.latencies = array("d")  # the policy's decision time per round it was consulted in
+        self.rounds_skipped = 0  # rounds it was not consulted in, having promised they decide nothing
         self.reclaim_demand = 0
         self.reclaims: list[dict[str, Any]] = []
         self.events = 0
@@ -113,10 +113,7 @@ class Simulator:
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any) -> None:
-        if not math.isfinite(t):  # a NaN in the heap is never popped: the loop would spin forever
-            raise ValueError(f"event time must be finite, got {t!r} (event kind {kind})")
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, kind, payload))
+        self.queue.push(t, kind, payload)
 
     def _arrive(self, spec: Any) -> None:
         job = new_state(spec, self.models.app(spec.application), now := self.now)
@@ -133,7 +130,7 @@ class Simulator:
         if not failed:
             job.progress = job.total
         job.end_time, job.failed = now, failed
-        self._account(job.allocation, -1)
+        self.usage.account(self.node_set, job.allocation, -1)
         job.allocation = NO_ALLOCATION
         job.view = None
         jid = job.spec.job_id
@@ -143,7 +140,7 @@ class Simulator:
         self.running_views.pop(jid, None)
         self.pending_views.pop(jid, None)
         self.stale.discard(jid)
-        add_job_row(self.job_rows, job, self.per_type_servers)  # its state is final: its row, then it may go
+        self.rows.add(job)  # its state is final: its row, then it may go
         self.finished += 1
         if self.cfg.keep_finished:
             self.done.append(job)
@@ -165,26 +162,28 @@ class Simulator:
 
     # ------------------------------------------------------------------ rounds
     def _snapshot(self) -> ClusterSnapshot:
+        now, jobs = self.clock.now(), self.jobs
         if self.policy.needs_progress:
             for jid, job in self.running.items():
-                job.advance(self.now)
+                job.advance(now)
                 self.stale.add(jid)
-        changed = [jid for jid in self._arrived if jid in self.jobs]  # (a failure may end a job before a round)
+        changed = [jid for jid in self._arrived if jid in jobs]  # (a failure may end a job before a round)
+        views, running, pending = self.views, self.running_views, self.pending_views
         for jid in sorted(self.stale):  # sorted: set order would depend on PYTHONHASHSEED
-            job = self.jobs.get(jid)
+            job = jobs.get(jid)
             if job is None:
                 continue
             changed.append(jid)
             job.view = None
-            v = self.views[jid] = job.make_view(self.now)
+            v = views[jid] = job.make_view(now)
             if job.allocation.gpus:
-                self.running_views[jid] = v
-                self.pending_views.pop(jid, None)
+                running[jid] = v
+                pending.pop(jid, None)
             else:
-                self.running_views.pop(jid, None)
-                if jid not in self.pending_views:
+                running.pop(jid, None)
+                if jid not in pending:
                     self._pending_sorted = False  # stopped: back in the queue, at its submission position
-                self.pending_views[jid] = v
+                pending[jid] = v
         self.stale.clear()
         if not self.usage.is_for(self.node_set):  # the node set changed (a loan came or went): rebuild the usage
             self.usage.sync(self.node_set, (job.allocation for job in self.running.values()))
@@ -193,7 +192,7 @@ class Simulator:
             self._proxies = (self._proxies[0], self._proxies[1], free, MappingProxyType(free))
         self._arrived = []
         self._serial += 1
-        return ClusterSnapshot(self.now, self.nodes, self._proxies[0], self.reclaim_demand, self._proxies[1],
+        return ClusterSnapshot(now, self.nodes, self._proxies[0], self.reclaim_demand, self._proxies[1],
                                self._proxies[3], self.usage.snapshot_copy(), self._pending,
                                tuple(dict.fromkeys(changed)) if len(changed) > 1 else tuple(changed), self._serial)
 
@@ -206,9 +205,6 @@ class Simulator:
             self._pending_proxy = MappingProxyType(self.pending_views)
             self._pending_sorted = True
         return self._pending_proxy
-
-    def _account(self, alloc: Allocation, sign: int) -> None:
-        self.usage.account(self.node_set, alloc, sign)
 
     def _return_nodes(self, res: RoundResult) -> None:
         """Give back the servers the engine chose (vacating is in the round's actions already)."""
@@ -227,7 +223,8 @@ class Simulator:
 
     def _apply_allocation(self, job: SimJob, alloc: Any) -> None:
         jid = job.spec.job_id
-        self._account(job.allocation, -1)
+        if job.allocation.placement:
+            self.usage.account(self.node_set, job.allocation, -1)
         self.stale.add(jid)
         if not alloc.placement:
             job.apply(NO_ALLOCATION, self.now, {}, 0.0)
@@ -239,13 +236,14 @@ class Simulator:
         reconfigure = self.cfg.reconfigure_cost
         if reconfigure is None and self.policy.batch_in_place:
             reconfigure = 0.0
-        job.apply(alloc, self.now, {n: types[n] for n, _ in alloc.placement}, restart,
-                  self.cfg.resize_cost, reconfigure)
-        self._account(alloc, +1)
+        pl = alloc.placement
+        job.apply(alloc, self.now, {pl[0][0]: types[pl[0][0]]} if len(pl) == 1 else {n: types[n] for n, _ in pl},
+                  restart, self.cfg.resize_cost, reconfigure)
+        self.usage.account(self.node_set, alloc, +1)
         self.running[jid] = job
         t_end = job.finish_time()
         if t_end < INF:
-            self._push(t_end, COMPLETION, (job, job.version))
+            self.queue.push(t_end, COMPLETION, (job, job.version))
 
     def _admin_resize(self, jid: JobId, gpus: int) -> None:
         """Pin the job to `gpus` and, if it runs, move it there now through the engine (engine.reclaim)."""
@@ -260,7 +258,23 @@ class Simulator:
             job.advance(self.now)
             self._apply_allocation(job, act.allocation)
 
+    def _idle_round(self) -> bool:
+        """Whether the policy promised that this round decides nothing (`Policy.idle_without_pending`): no job
+        waits for GPUs (arrived, stopped, or pending still), no server is to be returned, no callback wants the
+        round's snapshot, and the policy reads no progress (a snapshot would advance the running jobs)."""
+        policy = self.policy
+        if (not policy.idle_without_pending or policy.needs_progress or self._arrived or self.reclaim_demand > 0
+                or self.cfg.on_round is not None):
+            return False
+        jobs = self.jobs  # (the pending views hold the jobs launched since the last snapshot too: running ones)
+        return all(jobs[j].allocation.gpus for j in self.pending_views) and all(
+            jobs[j].allocation.gpus for j in self.stale)
+
     def _round(self) -> float | None:
+        if self._idle_round():
+            self.rounds_skipped += 1
+            self.timeline.append((self.now, self.busy, self.node_set.total_gpus, len(self.active_loans)))
+            return None
         snap = self._snapshot()
         res = self.engine.round(snap)
         self.latencies.append(res.latency_s)
@@ -296,9 +310,9 @@ class Simulator:
     # ------------------------------------------------------------------ inputs and the main loop
     def _push_inputs(self) -> None:
         """Every event known before the run but the arrivals: loan changes, failures and admin resizes. The
-        arrivals are read from the workload in time order as the clock reaches them (`_arrivals`), not pushed:
-        a million-job heap would cost memory and a log-factor per event. They come first among events at one
-        instant, as when they were pushed first."""
+        arrivals are read from the workload in time order as the clock reaches them (`in_submission_order`), not
+        pushed: a million-job heap would cost memory and a log-factor per event. They come first among events at
+        one instant, as when they were pushed first."""
         if self.cfg.loans is not None:
             for t, n in self.cfg.loans.steps:
                 self._push(t, LOAN, n)
@@ -306,16 +320,6 @@ class Simulator:
             self._push(t, FAILURE, jid)
         for t, jid, g in self.cfg.admin_resizes:
             self._push(t, RESIZE, (jid, g))
-
-    def _arrivals(self) -> Sequence[Any]:
-        """The workload's jobs by submission time (ties in workload order)."""
-        jobs = self.workload.jobs
-        for s in jobs:
-            if not math.isfinite(s.submit_time):
-                raise ValueError(f"event time must be finite, got {s.submit_time!r} (event kind {ARRIVAL})")
-        if all(a.submit_time <= b.submit_time for a, b in itertools.pairwise(jobs)):
-            return jobs
-        return sorted(jobs, key=lambda s: s.submit_time)
 
     def _handle(self, kind: int, payload: Any) -> bool:
         """Apply one event; True when it needs a round right now (a reclaim: inference is never delayed)."""
@@ -333,61 +337,58 @@ class Simulator:
             return self.reclaim_demand > 0
         return False
 
-    def _next_round(self, hint: float | None) -> float:
-        """When to consult the policy after a round at `now`: the next tick on the grid, or its hint."""
-        interval = self.policy.interval
-        if interval is None or not self.jobs:
-            return INF
-        nxt = (math.floor(self.now / interval + 1e-9) + 1) * interval  # back on the grid after off-grid rounds
-        if hint is not None:
-            nxt = max(nxt, hint, math.ceil(hint / interval - 1e-9) * interval) if hint < INF else INF
-        return nxt
-
     # ------------------------------------------------------------------ main loop
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
         self._push_inputs()
-        arrivals, heap = self._arrivals(), self.heap
+        arrivals, queue = in_submission_order(self.workload.jobs), self.queue
+        times = queue.times  # (read here, written by the queue alone)
         k, n_arrivals = 0, len(arrivals)
         t_arrival = arrivals[0].submit_time if n_arrivals else INF
-        interval = self.policy.interval
+        interval, max_time = self.policy.interval, self.cfg.max_time
+        advance, arrive = self.clock.advance_to, self._arrive
         pending_round = INF
         last_report = 0.0
-        while k < n_arrivals or heap or pending_round < INF:
-            t_ev = heap[0][0] if heap else INF
-            if t_arrival <= t_ev:
-                t_ev = t_arrival
-            if t_ev <= pending_round:
-                if t_ev > self.cfg.max_time:
+        while k < n_arrivals or times or pending_round < INF:
+            t = times[0] if times else INF
+            if t_arrival <= t:
+                t = t_arrival
+            if t <= pending_round:
+                if t > max_time:
                     break
-                if t_ev == t_arrival:  # an arrival before any other event at its instant
-                    t, kind, payload = t_arrival, ARRIVAL, arrivals[k]
+                if t == t_arrival:  # an arrival before any other event at its instant
+                    spec = arrivals[k]
                     k += 1
                     t_arrival = arrivals[k].submit_time if k < n_arrivals else INF
+                    self.events += 1
+                    advance(t)
+                    arrive(spec)
                 else:
-                    t, _, kind, payload = heapq.heappop(heap)
+                    t, kind, payload = queue.pop()
                     if kind == COMPLETION and (payload[0].version != payload[1] or payload[0].end_time is not None):
                         continue  # stale: the job's allocation changed since this completion was predicted
-                self.events += 1
-                self.clock.advance_to(t)
-                if self._handle(kind, payload):
-                    pending_round = t  # decide now, on or off the tick grid
-                    continue
+                    self.events += 1
+                    advance(t)
+                    if self._handle(kind, payload):
+                        pending_round = t  # decide now, on or off the tick grid
+                        continue
                 # next tick; an event within float noise after a tick is handled at its own time
                 nxt = t if interval is None else max(t, math.ceil(t / interval - 1e-9) * interval)
-                pending_round = min(pending_round, nxt)
+                if nxt < pending_round:
+                    pending_round = nxt
                 continue
-            if pending_round > self.cfg.max_time:
+            if pending_round > max_time:
                 break
-            self.clock.advance_to(pending_round)
+            advance(pending_round)
             hint = self._round()
-            if not self.running and not heap and k >= n_arrivals and self.jobs:
+            if not self.running and not times and k >= n_arrivals and self.jobs:
                 self.stalled = sorted(self.jobs)  # nothing runs and nothing will happen: jobs can never fit
                 break
-            pending_round = self._next_round(hint)
+            pending_round = next_round(pending_round, interval if self.jobs else None, hint)
             if self.cfg.progress is not None and time.perf_counter() - last_report > 0.2:
                 last_report = time.perf_counter()
                 self.cfg.progress(self.now, self.finished, len(self.workload.jobs))
         for job in list(self.running.values()):
             job.advance(self.now)
+        self.rows.flush()
         return collect(self, time.perf_counter() - wall0)

@@ -109,12 +109,14 @@ class Table:
                 if type(v) is not int or not -_EXACT <= v <= _EXACT:
                     self._integral = tuple(i for i in self._integral if _is_int(numbers[i]))
                     break
-        try:
-            self._values.extend(numbers)
+        row = list(numbers)
+        try:  # (`fromlist` appends all or nothing: `extend` would leave the cells before a bad one appended)
+            self._values.fromlist(row)
         except TypeError:  # a missing value (None): NaN; anything else is not a number
-            self._values.extend([math.nan if v is None else _number(v) for v in numbers])
-        for column, v in zip(self._strings, text, strict=True):
-            column.append(v)
+            self._values.fromlist([math.nan if v is None else _number(v) for v in row])
+        if text or self._strings:  # (a table of numbers alone, the timeline: one row per round)
+            for column, v in zip(self._strings, text, strict=True):
+                column.append(v)
         self.rows += 1
 
     def __len__(self) -> int:
@@ -134,18 +136,31 @@ class Table:
         """A text column, rows as appended (the table's own list: do not modify)."""
         return self._strings[self._text.index(self.columns.index(name))]
 
+    def patch(self, rows: Sequence[int], values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite cells of float columns (figures known only after their rows were appended): column name ->
+        its values at `rows`."""
+        k = len(self._nums)
+        grid = np.frombuffer(self._values, dtype=float).reshape(self.rows, k)  # a view: the array is written
+        idx = np.asarray(rows, dtype=np.int64)
+        for name, v in values.items():
+            j = self._nums.index(self.columns.index(name))
+            if j in self._integral:
+                raise TypeError(f"column {name!r} holds ints; patch writes floats")
+            grid[idx, j] = v
+        del grid  # (an array exporting its buffer cannot grow)
+
     def freeze(self, order: Sequence[int] | np.ndarray | None = None) -> Columns:
         """The columns, their rows in `order` (default: as appended)."""
         k = len(self._nums)
         grid = np.frombuffer(self._values, dtype=float).reshape(self.rows, k) if self.rows else np.zeros((0, k))
         idx = np.arange(self.rows) if order is None else np.asarray(order, dtype=np.int64)
         out: dict[str, np.ndarray | list[Any]] = {}
-        for j, i in enumerate(self._nums):
+        for j, i in enumerate(self._nums):  # (column by column: all rows reordered at once cost 8 bytes a cell more)
             col = grid[idx, j]
             out[self.columns[i]] = col.astype(np.int64) if j in self._integral and self.rows else col
+        positions = idx.tolist()
         for j, i in enumerate(self._text):
-            strings = self._strings[j]
-            out[self.columns[i]] = [strings[r] for r in idx.tolist()]
+            out[self.columns[i]] = list(map(self._strings[j].__getitem__, positions))
         return Columns(self.columns, out, self.rows)
 
 

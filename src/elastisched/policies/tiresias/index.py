@@ -106,8 +106,12 @@ class QueueIndex:
             g.blocks.append(Block(g))
         b = g.blocks[-1]
         b.jobs.append(jid)
-        b.add(part, +1)
-        g.add(part, +1)
+        if part[0]:
+            b.add(part, +1)
+            g.add(part, +1)
+        else:  # (`add` of a special part, written out: a job arrives as one)
+            b.special += 1
+            g.special += 1
         self.where[jid] = b
         self.parts[jid] = part
 
@@ -130,9 +134,15 @@ class QueueIndex:
             return
         old = self.parts.get(jid, SPECIAL)
         if old != part:
-            for sums in (b, b.group):
-                sums.add(old, -1)
-                sums.add(part, +1)
+            g = b.group
+            if old[0]:
+                b.add(old, -1)
+                g.add(old, -1)
+            else:  # (`add` of a special part, written out)
+                b.special -= 1
+                g.special -= 1
+            b.add(part, +1)
+            g.add(part, +1)
             self.parts[jid] = part
 
     def least_key(self, s: Sums) -> float:
@@ -146,7 +156,8 @@ class QueueIndex:
     def after(self, q: int, g: int, b: int, then: Iterable[str]) -> Iterator[str]:
         """The jobs of queue `q` after block `b` of group `g`, then `then` (the walk's rest when it stops there)."""
         groups = self.groups[q]
-        blocks = [*groups[g].blocks[b + 1:], *(x for grp in groups[g + 1:] for x in grp.blocks)]
+        blocks = chain(groups[g].blocks[b + 1:], chain.from_iterable(grp.blocks for grp in groups[g + 1:]))
+        # (lazily: the walk reads them only when the GPUs run out in this block, before the index changes)
         return chain(chain.from_iterable(x.jobs for x in blocks), then)
 
 

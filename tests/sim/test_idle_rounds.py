@@ -1,0 +1,57 @@
+"""`Policy.idle_without_pending` (issue 22): the simulator skips consulting a policy that promised a round with
+no job pending decides nothing, and every output is what the consulted rounds gave."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from elastisched.core.cluster import parse_cluster
+from elastisched.engine.conformance import run as conformance
+from elastisched.models import PerfModels
+from elastisched.policies.base import PolicyContext
+from elastisched.policies.fifo import FifoPolicy
+from elastisched.sim import SimConfig, Simulator
+from elastisched.workloads import load_workload
+
+
+class _AlwaysAsked(FifoPolicy):
+    idle_without_pending: ClassVar[bool] = False
+
+
+class _Counting(FifoPolicy):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def schedule(self, snap, ctx: PolicyContext):  # type: ignore[no-untyped-def]
+        self.asked += 1
+        return super().schedule(snap, ctx)
+
+
+def test_skipped_rounds_change_no_output(models: PerfModels) -> None:
+    wl = load_workload("philly:sample=300,seed=2", models)
+    runs = {}
+    for name, pol in (("asked", _AlwaysAsked()), ("skipping", _Counting())):
+        sim = Simulator(wl, pol, parse_cluster("8x4:t4"), models, SimConfig(seed=2))
+        runs[name] = (sim, sim.run())
+    (asked, r1), (skipping, r2) = runs["asked"], runs["skipping"]
+    assert r1.job_rows.to_csv() == r2.job_rows.to_csv()
+    assert r1.timeline_rows.to_csv() == r2.timeline_rows.to_csv()
+    assert r1.summary["rounds"] == r2.summary["rounds"] == len(asked.latencies)
+    assert asked.rounds_skipped == 0 and skipping.rounds_skipped > 0
+    assert skipping.policy.asked == len(skipping.latencies) == r2.summary["rounds"] - skipping.rounds_skipped
+
+
+def test_conformance_catches_a_broken_promise(models: PerfModels) -> None:
+    """A policy that promises idle rounds but preempts a running job in one fails the conformance check."""
+
+    class _Liar(FifoPolicy):
+        def schedule(self, snap, ctx: PolicyContext):  # type: ignore[no-untyped-def]
+            from elastisched.core.types import Decision
+
+            running = snap.running_jobs()
+            return Decision({j: v.allocation for j, v in list(running.items())[1:]})
+
+    assert not conformance(FifoPolicy, models)
+    failures = conformance(_Liar, models)
+    assert any(f.invariant.startswith("idle_without_pending") for f in failures)
