@@ -11,7 +11,7 @@ cluster so one job runs and the rest queue; `--backend fake` on a larger fake cl
 
 Then it checks that none is lost (every acknowledged id in the API's list and in a fresh read of the
 database) and records per-request latency per kind (p50/p90/p99/max), requests per second, the service's CPU
-seconds and resident memory (VmRSS, VmHWM). Targets: p99 <= 100 ms in both phases, 0 errors, RSS <= 300 MB.
+seconds (and the clients' own: they share the machine's cores) and resident memory (VmRSS, VmHWM). Targets: p99 <= 100 ms in both phases, 0 errors, RSS <= 300 MB.
 Writes ``<out>/service_load.json``.
 """
 
@@ -159,12 +159,13 @@ def _mixed(a: argparse.Namespace, base: str, db: str, pid: int, script: Path) ->
     tokens = user_tokens(db, a.clients)
     rec = Recorder()
     body = lambda i: {"script": str(script), "name": f"m{i}", "gpus": 1, "batch_size": 32}  # noqa: E731
-    cpu0 = process_times(pid)["cpu_s"]
+    cpu0, mine0 = process_times(pid)["cpu_s"], time.process_time()
     wall = poll(base, tokens, rec, a.mixed_s, PollMix(describe=1, ls=1, submit=1, think_s=a.think_s), body)
-    cpu = process_times(pid)["cpu_s"] - cpu0
+    cpu, mine = process_times(pid)["cpu_s"] - cpu0, time.process_time() - mine0
     n = sum(len(v) for v in rec.lat.values())
     return {"clients": a.clients, "think_s": a.think_s, "wall_s": wall, "requests": n, "requests_per_s": n / wall,
-            "service_cpu_s": cpu, "latency_ms": rec.report(), "ids": rec.all_ids()}
+            "service_cpu_s": cpu, "client_cpu_s": mine, "loadavg_after": os.getloadavg(), "latency_ms": rec.report(),
+            "ids": rec.all_ids()}
 
 
 def main() -> None:

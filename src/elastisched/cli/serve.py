@@ -45,6 +45,9 @@ def serve(
     job_python: str = typer.Option(None, "--job-python", help="interpreter jobs run under (default: this one)"),
     max_queued: int = typer.Option(1000, "--max-queued-per-user", min=1, help="queued jobs a user who is not an "
                                    "admin may have; more are refused with 429"),
+    api_threads: int = typer.Option(2, "--api-threads", min=1, max=64, help="worker threads of the API's "
+                                    "polled reads (list, describe), and as many of submissions; more only "
+                                    "add hand-offs of Python's one lock (docs/service.md)"),
     slurm: list[str] = typer.Option([], "--slurm", help="--backend slurm: KEY=VALUE, repeatable (docs/slurm.md)"),
 ) -> None:
     """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
@@ -66,7 +69,7 @@ def serve(
             scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
             profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address,
             policy_interval=policy_interval, jobs=jobs, db_file=None if db_file is None else str(db_file),
-            fake_mtbf_s=fake_mtbf, slurm=tuple(slurm))
+            fake_mtbf_s=fake_mtbf, slurm=tuple(slurm), api_threads=api_threads)
     except ElastischedError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

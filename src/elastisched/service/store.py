@@ -133,10 +133,14 @@ class Store(LoanStore):
                     self._local.conn = None
                     del self._staged[id(conn)]
             self.mirror.apply(staged)  # committed (a failed commit raised above): the mirror follows
+            self._loans_committed(conn)
 
     def _stage(self, conn: Connection, job_id: str, fields: Mapping[str, Any]) -> None:
         """A write to a job row in `conn`'s transaction, for the mirror of the active jobs once it commits."""
         self._staged[id(conn)].append((job_id, fields))  # a KeyError: a job row written outside `tx`
+
+    def _in_tx(self) -> bool:
+        return getattr(self._local, "conn", None) is not None
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -288,6 +292,11 @@ class Store(LoanStore):
     def specs(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         with self.read() as c:
             return {r[0]: r[1] for r in c.execute(select(jobs.c.id, jobs.c.spec).where(jobs.c.id.in_(list(ids))))}
+
+    def queued_of(self, owner: str | None) -> int:
+        """`owner`'s jobs queued now (pending or suspended), from the mirror; exact under the writers' lock."""
+        self._load_mirror()
+        return self.mirror.queued.get(owner, 0)
 
     def requests(self) -> list[dict[str, Any]]:
         """Active jobs with a pending cancel, a hold or an admin size (read-only light rows, from the mirror)."""
