@@ -11,7 +11,8 @@ cluster so one job runs and the rest queue; `--backend fake` on a larger fake cl
 
 Then it checks that none is lost (every acknowledged id in the API's list and in a fresh read of the
 database) and records per-request latency per kind (p50/p90/p99/max), requests per second, the service's CPU
-seconds (and the clients' own: they share the machine's cores) and resident memory (VmRSS, VmHWM). Targets: p99 <= 100 ms in both phases, 0 errors, RSS <= 300 MB.
+seconds (and the clients' own: they share the machine's cores) and resident memory (VmRSS, VmHWM). Targets:
+p99 <= 100 ms in both phases, 0 errors, RSS <= 300 MB.
 Writes ``<out>/service_load.json``.
 """
 
