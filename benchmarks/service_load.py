@@ -64,13 +64,16 @@ def _parse() -> argparse.Namespace:
                     "(0: none)")
     ap.add_argument("--think-s", type=float, default=0.0, help="a mixed-phase client's pause between requests")
     ap.add_argument("--backend", choices=["local", "fake"], default="local")
+    ap.add_argument("--api-threads", type=int, default=None, help="the service's --api-threads (default: its own)")
     return ap.parse_args()
 
 
-def _start(tmp: Path, db: str, backend: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start(tmp: Path, db: str, backend: str, api_threads: int | None) -> tuple[subprocess.Popen[bytes], str]:
     """The service on a 1-slot cluster under fifo (one job runs, the rest queue), or on 100 fake nodes of 8
     GPUs; not yet answering."""
     cluster = ["--cluster", "1x1:cpu"] if backend == "local" else ["--backend", "fake", "--cluster", "100x8:t4"]
+    if api_threads is not None:
+        cluster += ["--api-threads", str(api_threads)]
     return start_service(["--db", db, *cluster, "--policy", "fifo", "--workdir", str(tmp / "work"),
                           "--scripts-dir", str(tmp), "--grace", "2"], {**os.environ, "ELASTISCHED_TOKEN": TOKEN},
                          tmp / "service.log")
@@ -177,9 +180,10 @@ def main() -> None:
     db = f"sqlite:///{tmp / 'state.db'}"
     result: dict[str, Any] = {"benchmark": "service_load", "jobs": a.jobs, "clients": a.clients, "as_user": a.as_user,
                               "backend": a.backend,
+                              "api_threads": a.api_threads,
                               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                           "loadavg_before": os.getloadavg()}}
-    proc, base = _start(tmp, db, a.backend)
+    proc, base = _start(tmp, db, a.backend, a.api_threads)
     try:
         wait_healthy(proc, base, tmp / "service.log", timeout=60)
         headers = {"Authorization": f"Bearer {_user_token(db) if a.as_user else TOKEN}"}
