@@ -75,6 +75,8 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           token_file: str | None = None, slurm: Any = None, api_threads: int = 2) -> tuple[FastAPI, Service, str]:
     """The app, its service and the admin token. `jobs`: how jobs are isolated (`service/isolation.py`);
     `api_threads`: worker threads of the API's reads, and of its submissions."""
+    if not 1 <= api_threads <= 64:
+        raise ConfigError("--api-threads", api_threads, "must be 1 to 64")
     jobs = jobs or JobsConfig()
     mode = jobs.mode(backend)
     work = secure_workdir(Path(workdir).resolve(), shared=mode == "users")
@@ -108,8 +110,6 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
     service = Service(store, nodes, runner, policy, tick_s=tick_s, seed=seed, max_retries=max_retries,
                       policy_interval=policy_interval, models=models, profiles_dir=profiles_dir)
     follows = Follows(limit=max_follows, per_user=max(1, max_follows // 4), idle_s=follow_idle_s)
-    if not 1 <= api_threads <= 64:
-        raise ConfigError("--api-threads", str(api_threads), "must be 1 to 64")
     app = create_app(service, tok, scripts_dir, follows=follows, max_queued=jobs.max_queued, isolation=mode,
                      api_threads=api_threads)
     return app, service, tok
