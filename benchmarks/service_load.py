@@ -11,7 +11,8 @@ cluster so one job runs and the rest queue; `--backend fake` on a larger fake cl
 
 Then it checks that none is lost (every acknowledged id in the API's list and in a fresh read of the
 database) and records per-request latency per kind (p50/p90/p99/max), requests per second, the service's CPU
-seconds and resident memory (VmRSS, VmHWM). Targets: p99 <= 100 ms in both phases, 0 errors, RSS <= 300 MB.
+seconds (and the clients' own: they share the machine's cores) and resident memory (VmRSS, VmHWM). Targets:
+p99 <= 100 ms in both phases, 0 errors, RSS <= 300 MB.
 Writes ``<out>/service_load.json``.
 """
 
@@ -63,13 +64,16 @@ def _parse() -> argparse.Namespace:
                     "(0: none)")
     ap.add_argument("--think-s", type=float, default=0.0, help="a mixed-phase client's pause between requests")
     ap.add_argument("--backend", choices=["local", "fake"], default="local")
+    ap.add_argument("--api-threads", type=int, default=None, help="the service's --api-threads (default: its own)")
     return ap.parse_args()
 
 
-def _start(tmp: Path, db: str, backend: str) -> tuple[subprocess.Popen[bytes], str]:
+def _start(tmp: Path, db: str, backend: str, api_threads: int | None) -> tuple[subprocess.Popen[bytes], str]:
     """The service on a 1-slot cluster under fifo (one job runs, the rest queue), or on 100 fake nodes of 8
     GPUs; not yet answering."""
     cluster = ["--cluster", "1x1:cpu"] if backend == "local" else ["--backend", "fake", "--cluster", "100x8:t4"]
+    if api_threads is not None:
+        cluster += ["--api-threads", str(api_threads)]
     return start_service(["--db", db, *cluster, "--policy", "fifo", "--workdir", str(tmp / "work"),
                           "--scripts-dir", str(tmp), "--grace", "2"], {**os.environ, "ELASTISCHED_TOKEN": TOKEN},
                          tmp / "service.log")
@@ -159,12 +163,13 @@ def _mixed(a: argparse.Namespace, base: str, db: str, pid: int, script: Path) ->
     tokens = user_tokens(db, a.clients)
     rec = Recorder()
     body = lambda i: {"script": str(script), "name": f"m{i}", "gpus": 1, "batch_size": 32}  # noqa: E731
-    cpu0 = process_times(pid)["cpu_s"]
+    cpu0, mine0 = process_times(pid)["cpu_s"], time.process_time()
     wall = poll(base, tokens, rec, a.mixed_s, PollMix(describe=1, ls=1, submit=1, think_s=a.think_s), body)
-    cpu = process_times(pid)["cpu_s"] - cpu0
+    cpu, mine = process_times(pid)["cpu_s"] - cpu0, time.process_time() - mine0
     n = sum(len(v) for v in rec.lat.values())
     return {"clients": a.clients, "think_s": a.think_s, "wall_s": wall, "requests": n, "requests_per_s": n / wall,
-            "service_cpu_s": cpu, "latency_ms": rec.report(), "ids": rec.all_ids()}
+            "service_cpu_s": cpu, "client_cpu_s": mine, "loadavg_after": os.getloadavg(), "latency_ms": rec.report(),
+            "ids": rec.all_ids()}
 
 
 def main() -> None:
@@ -175,9 +180,10 @@ def main() -> None:
     db = f"sqlite:///{tmp / 'state.db'}"
     result: dict[str, Any] = {"benchmark": "service_load", "jobs": a.jobs, "clients": a.clients, "as_user": a.as_user,
                               "backend": a.backend,
+                              "api_threads": a.api_threads,
                               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                           "loadavg_before": os.getloadavg()}}
-    proc, base = _start(tmp, db, a.backend)
+    proc, base = _start(tmp, db, a.backend, a.api_threads)
     try:
         wait_healthy(proc, base, tmp / "service.log", timeout=60)
         headers = {"Authorization": f"Bearer {_user_token(db) if a.as_user else TOKEN}"}

@@ -307,3 +307,14 @@ def test_sigterm_stops_the_server_within_grace_with_follows_open(service_factory
         for c in socks:
             c.close()
     assert time.monotonic() - t0 <= 3.0 + 1.0, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("threads", ["0", "65"])
+def test_api_threads_out_of_range_is_one_line_naming_the_option(tmp_path: Path, threads: str) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "elastisched.service", "--workdir", str(tmp_path / "w"),
+                        "--api-threads", threads, "--isolation", "none"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == f"error: --api-threads={threads}: must be 1 to 64", r.stderr
+    assert not (tmp_path / "w").exists()  # refused before anything was made

@@ -1,6 +1,7 @@
 """What the store does so that a round and a listing stay cheap at thousands of jobs, held to the database:
 the in-memory mirror of the active jobs (service/active_jobs.py) equals a fresh read of the table after any
-mix of writes, committed or rolled back, from several threads; a listing that keeps ended jobs' JSON
+mix of writes, committed or rolled back, from several threads, and so do its counts of each user's queued
+jobs; the loans kept in memory follow committed writes only; a listing that keeps ended jobs' JSON
 (service/job_listing.py) answers exactly what encoding every row afresh answers."""
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _writes(store: Store, rng: random.Random, ids: list[str], n: int) -> None:
     for _ in range(n):
         op = rng.random()
         if op < 0.3 or not ids:
-            ids.append(store.create_job(name=None, script="/x", args=[], spec={"num_gpus": 1})["id"])
+            owner = rng.choice(["ann", "bob", None])
+            ids.append(store.create_job(name=None, script="/x", args=[], spec={"num_gpus": 1}, owner=owner)["id"])
             continue
         jid = rng.choice(ids)
         if op < 0.5:
@@ -74,6 +76,56 @@ def test_the_mirror_of_active_jobs_equals_the_table(tmp_path: Path, url: str) ->
     assert mirror == _from_table(store) and len(mirror) > 10
     assert store.requests() == [r for r in _from_table(store)
                                 if r["cancel_requested"] or r["held"] or r["resize_to"] is not None]
+    queued: dict[str | None, int] = {}  # what the per-user limit of queued jobs counts (service/intake.py)
+    for r in _from_table(store):
+        if r["state"] in ("PENDING", "SUSPENDED"):
+            queued[r["owner"]] = queued.get(r["owner"], 0) + 1
+    assert {o: store.queued_of(o) for o in ("ann", "bob", None)} == {o: queued.get(o, 0) for o in ("ann", "bob", None)}
+    assert sum(queued.values()) > 5
+    store.close()
+
+
+def test_queued_counts_follow_each_job_through_its_states(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    a = [store.create_job(name=None, script="/x", args=[], spec={"num_gpus": 1}, owner="ann")["id"] for _ in range(4)]
+    store.create_job(name=None, script="/x", args=[], spec={"num_gpus": 1}, owner="bob")
+    assert (store.queued_of("ann"), store.queued_of("bob"), store.queued_of("eve")) == (4, 1, 0)
+    store.update_job(a[0], state="RUNNING", placement=[["n0", 1]])
+    store.update_job(a[1], state="RUNNING", placement=[["n0", 1]])
+    assert store.queued_of("ann") == 2
+    store.update_job(a[1], state="SUSPENDED", placement=[])  # queued again
+    store.update_job(a[2], state="CANCELLED")
+    store.update_job(a[0], state="SUCCEEDED", placement=[])
+    assert (store.queued_of("ann"), store.queued_of("bob")) == (2, 1)
+    with pytest.raises(RuntimeError), store.tx() as c:  # rolled back: counts unchanged
+        store.update_job(a[3], c, state="RUNNING")
+        raise RuntimeError("rolled back")
+    assert store.queued_of("ann") == 2
+    store.close()
+
+
+def test_loans_kept_in_memory_follow_committed_writes_only(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    assert store.list_loans() == []
+    store.add_loans([("inf0", "t4", 4), ("inf1", "t4", 4)])
+    assert [r["node_id"] for r in store.list_loans(("LOANED",))] == ["inf0", "inf1"]
+    with pytest.raises(RuntimeError), store.tx() as c:  # rolled back: never seen, never kept
+        store.update_loan("inf0", conn=c, state="RETURNED")
+        assert [r["state"] for r in store.list_loans()] == ["RETURNED", "LOANED"]  # its own transaction sees it
+        raise RuntimeError("rolled back")
+    assert [r["node_id"] for r in store.list_loans(("LOANED",))] == ["inf0", "inf1"]
+    store.update_loan("inf1", state="RETURNED", returned_at=1.0)
+    assert [r["node_id"] for r in store.list_loans(("LOANED",))] == ["inf0"]
+    store.list_loans()[0]["state"] = "changed by a caller"  # callers get copies
+    assert [r["state"] for r in store.list_loans()] == ["LOANED", "RETURNED"]
+    seen: list[list[str]] = []
+    with store.tx() as c:  # another thread reads between the write and the commit: what it keeps goes stale
+        store.update_loan("inf0", conn=c, state="RETURNED")
+        reader = threading.Thread(target=lambda: seen.append([r["state"] for r in store.list_loans()]))
+        reader.start()
+        reader.join()
+    assert seen == [["LOANED", "RETURNED"]]  # the committed state then
+    assert [r["state"] for r in store.list_loans()] == ["RETURNED", "RETURNED"]  # read again after the commit
     store.close()
 
 

@@ -45,10 +45,12 @@ def serve(
     job_python: str = typer.Option(None, "--job-python", help="interpreter jobs run under (default: this one)"),
     max_queued: int = typer.Option(1000, "--max-queued-per-user", min=1, help="queued jobs a user who is not an "
                                    "admin may have; more are refused with 429"),
+    api_threads: int = typer.Option(2, "--api-threads", min=1, max=64, help="worker threads of the API's reads "
+                                    "(ls, describe), and as many of submissions (docs/service.md)"),
     slurm: list[str] = typer.Option([], "--slurm", help="--backend slurm: KEY=VALUE, repeatable (docs/slurm.md)"),
 ) -> None:
     """Run the API and the engine loop (state in --db; workers survive a restart and are adopted)."""
-    from elastisched.core.errors import ConfigError, ElastischedError
+    from elastisched.core.errors import ElastischedError
     from elastisched.service.isolation import JobsConfig
     from elastisched.service.secret_inputs import reexec_without_secrets
     from elastisched.service.server import serve as run
@@ -58,30 +60,31 @@ def serve(
     jobs = JobsConfig(isolation=isolation, user_map=None if user_map is None else str(user_map),
                       create_users=create_job_users, job_env=tuple(job_env), python=job_python, max_queued=max_queued)
     try:
-        if scripts_dir is not None and not scripts_dir.is_dir():  # before the banner: one line, no URL
-            raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
         tok = serve_banner(host, port, workdir, policy, cluster, jobs,
-                           None if token_file is None else str(token_file), backend)
+                           None if token_file is None else str(token_file), backend, scripts_dir)
         run(host=host, port=port, db=db, cluster=cluster, policy=policy, workdir=workdir, token=tok,
             scripts_dir=scripts_dir, tick_s=tick, grace_s=grace, max_retries=max_retries, max_follows=max_follows,
             profiles=None if profiles is None else str(profiles), backend=backend, ray_address=ray_address,
             policy_interval=policy_interval, jobs=jobs, db_file=None if db_file is None else str(db_file),
-            fake_mtbf_s=fake_mtbf, slurm=tuple(slurm))
+            fake_mtbf_s=fake_mtbf, slurm=tuple(slurm), api_threads=api_threads)
     except ElastischedError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
 
 
 def serve_banner(host: str, port: int, workdir: Path, policy: str, cluster: str, jobs: Any,
-                 token_file: str | None = None, backend: str = "local") -> str:
+                 token_file: str | None = None, backend: str = "local", scripts_dir: Path | None = None) -> str:
     """Print where the service listens, the dashboard URL with its token fragment, where the token lives and
     as whom jobs run; return the admin token (resolved here, as `server.build` would, so the URL carries the
-    one it uses)."""
+    one it uses). A `scripts_dir` that is not a directory is refused first, in one line (no URL)."""
     import socket
 
+    from elastisched.core.errors import ConfigError
     from elastisched.service.auth import secure_workdir
     from elastisched.service.server import TOKEN_ENV, resolve_token
 
+    if scripts_dir is not None and not scripts_dir.is_dir():
+        raise ConfigError("--scripts-dir", str(scripts_dir), "is not a directory")
     mode = jobs.mode(backend)
     work = secure_workdir(workdir.resolve(), shared=mode == "users")
     tok, source = resolve_token(None, work, token_file)

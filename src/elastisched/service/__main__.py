@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--job-python", default=None, help="interpreter jobs run under (default: this one)")
     ap.add_argument("--max-queued-per-user", type=int, default=DEFAULT_MAX_QUEUED,
                     help="queued jobs a user who is not an admin may have (429 beyond)")
+    ap.add_argument("--api-threads", type=int, default=2, help="worker threads of the API's polled reads, and "
+                    "as many of submissions (docs/service.md)")
     ap.add_argument("--slurm", action="append", default=[], help="--backend slurm, KEY=VALUE (repeatable): "
                     "partition=, loan-partition=, account=, shared=DIR, arg=SBATCH_OPTION")
     a = ap.parse_args()
@@ -61,7 +63,8 @@ def main() -> None:
               scripts_dir=a.scripts_dir, tick_s=a.tick, grace_s=a.grace, max_retries=a.max_retries,
               profiles=a.profiles, max_follows=a.max_follows, follow_idle_s=a.follow_idle,
               backend=a.backend, ray_address=a.ray_address, policy_interval=a.policy_interval, jobs=jobs,
-              db_file=a.db_file, token_file=a.token_file, fake_mtbf_s=a.fake_mtbf, slurm=tuple(a.slurm))
+              db_file=a.db_file, token_file=a.token_file, fake_mtbf_s=a.fake_mtbf, slurm=tuple(a.slurm),
+              api_threads=a.api_threads)
     except ElastischedError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -30,19 +30,20 @@ from elastisched.service.isolation import DEFAULT_MAX_QUEUED
 from elastisched.service.job_listing import Listing
 from elastisched.service.logstream import Follows
 from elastisched.service.routes import cluster, dashboard, jobs, meta
-from elastisched.service.routes.context import ApiContext, http_error, job_json
+from elastisched.service.routes.context import API_THREADS, ApiContext, http_error, job_json
 from elastisched.service.routes.meta import DASHBOARD
 
 
 def create_app(service: Service, token: str | None, scripts_dir: str | os.PathLike[str], *,
-               follows: Follows | None = None, max_queued: int = DEFAULT_MAX_QUEUED, isolation: str = "none"
-               ) -> FastAPI:
+               follows: Follows | None = None, max_queued: int = DEFAULT_MAX_QUEUED, isolation: str = "none",
+               api_threads: int = API_THREADS) -> FastAPI:
     """The API over a `Service`; `token` is the legacy admin token (None: per-user tokens only); `max_queued`:
-    queued jobs a user who is not an admin may have; `isolation`: how jobs run (reported by /v1/status). The
-    lifespan starts and stops the engine loop."""
+    queued jobs a user who is not an admin may have; `isolation`: how jobs run (reported by /v1/status);
+    `api_threads`: worker threads of the polled reads, and as many of submissions. The lifespan starts and
+    stops the engine loop."""
     ctx = ApiContext(service=service, store=service.store, scripts_dir=Path(scripts_dir).resolve(),
                      follows=follows or Follows(), authn=Authenticator(service.store, token), max_queued=max_queued,
-                     isolation=isolation, listing=Listing(service.store, job_json))
+                     isolation=isolation, listing=Listing(service.store, job_json), threads=api_threads)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -90,7 +90,7 @@ def lookup(store: Store, token: str) -> Principal | None:
     m = TOKEN_RE.match(token)
     if m is None:
         return None
-    with store.tx() as c:
+    with store.read() as c:  # a read: never behind the writers' lock
         r = c.execute(select(tokens.c.user, tokens.c.admin, tokens.c.salt, tokens.c.hash)
                       .where((tokens.c.id == m[1]) & tokens.c.revoked_at.is_(None))).first()
     if r is None or not secrets.compare_digest(_digest(r[2], m[2]), r[3]):

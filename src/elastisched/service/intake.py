@@ -16,16 +16,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from elastisched.backends._faults import pause
-from elastisched.core.types import JobPhase
 from elastisched.service.store import Store
 from elastisched.service.tables import idempotency_keys, jobs
 
 KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, no spaces (as a UUID or any token a client makes)
-QUEUED = (JobPhase.PENDING.value, JobPhase.SUSPENDED.value)
 
 
 class KeyReused(Exception):
@@ -78,8 +76,7 @@ def submit_once(store: Store, *, owner: str | None, key: str | None, request_dig
                 if earlier is not None:
                     return earlier, True
             if max_queued is not None:
-                n = int(c.execute(select(func.count()).select_from(jobs)
-                                  .where((jobs.c.owner == owner) & jobs.c.state.in_(QUEUED))).scalar_one())
+                n = store.queued_of(owner)  # committed jobs: we hold the writers' lock
                 if n >= max_queued:
                     raise QueueFull(n)
             row = store.insert_job(c, name=name, script=script, args=args, spec=spec, owner=owner)

@@ -26,7 +26,6 @@ from sqlalchemy import (
     inspect,
     select,
     text,
-    true,
     type_coerce,
     update,
 )
@@ -34,6 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
 
 from elastisched.core.enums import GenerationState
+from elastisched.service import store_sql as sql
 from elastisched.service.active_jobs import LIGHT, ActiveMirror, Change
 from elastisched.service.store_loans import LoanStore
 from elastisched.service.store_sql import EVENTS, GENERATIONS, JOBS, in_memory, json_list, sqlite_pragmas
@@ -133,10 +133,14 @@ class Store(LoanStore):
                     self._local.conn = None
                     del self._staged[id(conn)]
             self.mirror.apply(staged)  # committed (a failed commit raised above): the mirror follows
+            self._loans_committed(conn)
 
     def _stage(self, conn: Connection, job_id: str, fields: Mapping[str, Any]) -> None:
         """A write to a job row in `conn`'s transaction, for the mirror of the active jobs once it commits."""
         self._staged[id(conn)].append((job_id, fields))  # a KeyError: a job row written outside `tx`
+
+    def _in_tx(self) -> bool:
+        return getattr(self._local, "conn", None) is not None
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -178,13 +182,13 @@ class Store(LoanStore):
         read-back: columns not set are NULL)."""
         now = time.time() if now is None else now
         jid = secrets.token_hex(4)
-        while c.execute(select(jobs.c.id).where(jobs.c.id == jid)).first() is not None:
+        while c.execute(sql.JOB_EXISTS, {"jid": jid}).first() is not None:
             jid = secrets.token_hex(4)
         row: dict[str, Any] = {
             "id": jid, "name": name or jid, "script": script, "args": list(args), "spec": dict(spec),
             "state": "PENDING", "submit_time": now, "placement": [], "generation": 0, "restarts": 0,
             "retries": 0, "cancel_requested": False, "held": False, "owner": owner}
-        seq = c.execute(insert(jobs).values(**row)).inserted_primary_key[0]
+        seq = c.execute(sql.INSERT_JOB, row).inserted_primary_key[0]
         self._stage(c, jid, row)
         self._event(c, now, jid, "submitted", {"spec": row["spec"], "script": script, "args": row["args"]})
         return {col.name: None for col in jobs.columns} | row | {"seq": seq}
@@ -196,12 +200,12 @@ class Store(LoanStore):
 
     @staticmethod
     def _get_job(c: Connection, id_or_prefix: str, owner: str | None) -> dict[str, Any] | None:
-        mine = (jobs.c.owner == owner) if owner is not None else true()
-        rows = JOBS.rows(c.execute(JOBS.select().where((jobs.c.id == id_or_prefix) & mine)))
+        mine = {} if owner is None else {"owner": owner}
+        rows = JOBS.rows(c.execute(sql.JOB_BY_ID_OF if mine else sql.JOB_BY_ID, {"jid": id_or_prefix} | mine))
         if rows:
             return rows[0]
         pat = id_or_prefix.replace("\\", "").replace("%", "").replace("_", "\\_") + "%"
-        rows = JOBS.rows(c.execute(JOBS.select().where(jobs.c.id.like(pat, escape="\\") & mine).limit(2)))
+        rows = JOBS.rows(c.execute(sql.JOB_BY_PREFIX_OF if mine else sql.JOB_BY_PREFIX, {"pat": pat} | mine))
         if len(rows) > 1:
             raise AmbiguousId(f"job id prefix {id_or_prefix!r} matches more than one job")
         return rows[0] if rows else None
@@ -213,10 +217,8 @@ class Store(LoanStore):
             row = self._get_job(c, id_or_prefix, owner)
             if row is None:
                 return None
-            gens = c.execute(GENERATIONS.select().where(generations.c.job_id == row["id"])
-                             .order_by(generations.c.planned_at, generations.c.generation))
-            evs = c.execute(EVENTS.select().where(events.c.job_id == row["id"]).order_by(events.c.seq))
-            return row, GENERATIONS.rows(gens), EVENTS.rows(evs)
+            gens = GENERATIONS.rows(c.execute(sql.GENERATIONS_OF, {"jid": row["id"]}))
+            return row, gens, EVENTS.rows(c.execute(sql.EVENTS_OF, {"jid": row["id"]}))
 
     def list_jobs(self, states: Sequence[str] | None = None, limit: int | None = None,
                   owner: str | None = None) -> list[dict[str, Any]]:
@@ -233,6 +235,9 @@ class Store(LoanStore):
     def list_job_states(self, states: Sequence[str] | None = None, limit: int | None = None,
                         owner: str | None = None) -> list[tuple[str, str]]:
         """(id, state) of the jobs `list_jobs` would return, in the same order."""
+        if owner is not None and not states and not limit:  # what a user's `ls` asks
+            with self.read() as c:
+                return [(str(i), str(st)) for i, st in c.execute(sql.STATES_OF, {"owner": owner}).all()]
         q = select(jobs.c.id, jobs.c.state).order_by(jobs.c.seq)
         if owner is not None:
             q = q.where(jobs.c.owner == owner)
@@ -289,6 +294,11 @@ class Store(LoanStore):
         with self.read() as c:
             return {r[0]: r[1] for r in c.execute(select(jobs.c.id, jobs.c.spec).where(jobs.c.id.in_(list(ids))))}
 
+    def queued_of(self, owner: str | None) -> int:
+        """`owner`'s jobs queued now (pending or suspended), from the mirror; exact under the writers' lock."""
+        self._load_mirror()
+        return self.mirror.queued.get(owner, 0)
+
     def requests(self) -> list[dict[str, Any]]:
         """Active jobs with a pending cancel, a hold or an admin size (read-only light rows, from the mirror)."""
         return [r for r in self.active_light() if r["cancel_requested"] or r["held"] or r["resize_to"] is not None]
@@ -338,7 +348,7 @@ class Store(LoanStore):
     # ------------------------------------------------------------------ events
     @staticmethod
     def _event(c: Connection, t: float, job_id: str | None, kind: str, data: Mapping[str, Any]) -> None:
-        c.execute(insert(events).values(time=t, job_id=job_id, kind=kind, data=dict(data)))
+        c.execute(sql.INSERT_EVENT, {"time": t, "job_id": job_id, "kind": kind, "data": dict(data)})
 
     def add_event(self, job_id: str | None, kind: str, data: Mapping[str, Any] | None = None,
                   conn: Connection | None = None) -> None:

@@ -4,9 +4,10 @@ one JSON shape of a job."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from fastapi import Depends, HTTPException, Request, status
@@ -21,6 +22,8 @@ from elastisched.service.job_listing import Listing
 from elastisched.service.logstream import Follows
 from elastisched.service.store import TERMINAL, AmbiguousId, Store
 
+API_THREADS = 2  # `serve --api-threads`: measured best at 20 clients on 2 cores (docs/service.md)
+T = TypeVar("T")
 JobId = Annotated[str, PathParam(pattern=JOB_ID, description="job id or a unique prefix of it")]
 
 
@@ -36,6 +39,22 @@ class ApiContext:
     listing: Listing  # `GET /v1/jobs`, with ended jobs' JSON kept
     max_queued: int = 1000  # queued (pending or suspended) jobs a user who is not an admin may have
     isolation: str = "none"  # users: jobs run as each user's account; none: as the service
+    threads: int = API_THREADS  # worker threads of the polled reads, and of submissions (`in_thread`)
+    reads: anyio.CapacityLimiter = field(init=False)
+    writes: anyio.CapacityLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reads", anyio.CapacityLimiter(self.threads))
+        object.__setattr__(self, "writes", anyio.CapacityLimiter(self.threads))
+
+
+async def in_thread(limiter: anyio.CapacityLimiter, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a worker thread under `limiter`. The hot routes (list, describe, submit) run under two
+    small pools of their own rather than the 40 threads of the default one: each thread beyond the few that
+    can use the one interpreter lock only adds hand-offs of it (a request then waits behind every other one's
+    slices, and a SQLite statement, which lets go of the lock, waits to get it back), and reads never wait
+    behind submissions queued for the writers' lock."""
+    return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
 async def api_context(request: Request) -> ApiContext:

@@ -11,9 +11,20 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request, Response, 
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from elastisched.service.api_models import ResizeRequest, SubmitRequest
+from elastisched.service.auth import Principal
 from elastisched.service.daemon import Service
 from elastisched.service.intake import KEY_PATTERN, KeyReused, QueueFull, digest, replay, submit_once
-from elastisched.service.routes.context import ApiContext, Ctx, JobId, User, find, job_json, live, unprocessable
+from elastisched.service.routes.context import (
+    ApiContext,
+    Ctx,
+    JobId,
+    User,
+    find,
+    in_thread,
+    job_json,
+    live,
+    unprocessable,
+)
 from elastisched.service.routes.meta import STATES
 from elastisched.service.spec_defaults import stored_spec
 from elastisched.service.store import TERMINAL, AmbiguousId
@@ -29,7 +40,13 @@ IdemKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=KEY_PATT
 
 
 @router.post("/v1/jobs", status_code=201)
-def submit(req: SubmitRequest, who: User, ctx: Ctx, response: Response, key: IdemKey = None) -> dict[str, Any]:
+async def submit(req: SubmitRequest, who: User, ctx: Ctx, response: Response, key: IdemKey = None
+                 ) -> dict[str, Any]:
+    return await in_thread(ctx.writes, submit_job, req, who, ctx, response, key)
+
+
+def submit_job(req: SubmitRequest, who: Principal, ctx: ApiContext, response: Response, key: str | None
+               ) -> dict[str, Any]:
     service = ctx.service
     request_digest = digest(req.model_dump(mode="json")) if key is not None else ""
     if key is not None:  # a retry answers with the first request's job, whatever changed since
@@ -109,22 +126,22 @@ def script_path(script: str, allowed: Path) -> Path:
 # The two reads clients poll answer with a `JSONResponse` built here: FastAPI would otherwise validate and
 # re-serialise every row of the answer against the return type (a list of free-form dicts) first.
 @router.get("/v1/jobs", response_class=JSONResponse)
-def list_jobs(who: User, ctx: Ctx, state: Annotated[str | None, Query(max_length=200)] = None,
-              limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> Response:
+async def list_jobs(who: User, ctx: Ctx, state: Annotated[str | None, Query(max_length=200)] = None,
+                    limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None) -> Response:
     """Your jobs (an admin: all) in submission order (`service/job_listing.py`)."""
     states = [s.strip().upper() for s in state.split(",")] if state else None
     for s in states or ():
         if s not in STATES and s not in LEGACY_STATES:  # older names (STARTING, RESIZING) still filter
             raise unprocessable(f"state: {s[:40]!r} is not a job state; one of {', '.join(STATES)}")
-    return Response(ctx.listing.body(states, limit, owner=None if who.admin else who.user),
-                    media_type="application/json")
+    body = await in_thread(ctx.reads, ctx.listing.body, states, limit, None if who.admin else who.user)
+    return Response(body, media_type="application/json")
 
 
 @router.get("/v1/jobs/{job_id}", response_class=JSONResponse)
-def describe(job_id: JobId, who: User, ctx: Ctx) -> JSONResponse:
+async def describe(job_id: JobId, who: User, ctx: Ctx) -> JSONResponse:
     """The job with its generations and events (one read)."""
     try:
-        found = ctx.store.job_detail(job_id, owner=None if who.admin else who.user)
+        found = await in_thread(ctx.reads, ctx.store.job_detail, job_id, None if who.admin else who.user)
     except AmbiguousId as e:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job_id: {e}") from None
     if found is None:
