@@ -12,6 +12,7 @@ micro-batch = ⌈local / (a+1)⌉, capped so the global batch stays ≤ the larg
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -66,6 +67,7 @@ class Application:
         self.max_batch_size = max(v)
         prog = np.stack([c["progress"][: self.max_epochs] for c in v.values()])
         self.epoch_end = np.concatenate([[0.0], prog.min(axis=0)])  # epoch_end[e] = progress after e epochs
+        self._ends: list[float] = self.epoch_end.tolist()  # the same, for `epoch_at`'s bisection
         its = np.stack([c["iteration"][: self.max_epochs] for c in v.values()])
         self._iterations = its
         any_bsz = next(iter(self.profile.throughput.values())).placement_columns["local_bsz"]
@@ -153,6 +155,12 @@ class Application:
         return float(np.interp(batch_size, batches, self._iterations[:, e]))
 
     def epoch_at(self, progress: float, work_scale: float = 1.0) -> int:
-        """Finished epochs at this progress."""
-        e = int(np.searchsorted(self.epoch_end * work_scale, progress, side="right")) - 1
+        """Finished epochs at this progress: how many scaled epoch ends are ≤ it, minus one. A bisection over
+        the ends, each scaled by the same float product numpy would take, gives numpy's `searchsorted` answer
+        without building the scaled array (this runs for every job in every round); numpy answers the cases
+        where the two could differ (a scale that is negative, infinite or NaN)."""
+        if 0.0 <= work_scale < math.inf:
+            e = bisect.bisect_right(self._ends, progress, key=lambda end: end * work_scale) - 1
+        else:
+            e = int(np.searchsorted(self.epoch_end * work_scale, progress, side="right")) - 1
         return min(max(e, 0), self.max_epochs)

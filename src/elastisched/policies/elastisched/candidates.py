@@ -27,7 +27,7 @@ from elastisched.core.types import ClusterSnapshot, JobPhase, JobView, NodeId
 from elastisched.models.application import Application
 from elastisched.policies._common import job_model
 from elastisched.policies.base import PolicyContext
-from elastisched.policies.elastisched.goodput import RateTables, gpu_cap
+from elastisched.policies.elastisched.goodput import RateTable, RateTables, gpu_cap
 from elastisched.policies.elastisched.length import LengthBelief, predicted_total
 
 ADAPTIVE = ("adaptive", "scale-gpus")
@@ -131,11 +131,7 @@ class CandidateBuilder:
             c.batches[t] = np.zeros(c.hi + 1, dtype=np.int64)
             return
         table = self.tables.table(app, t, per_node)
-        ref = max(1, min(max(v.spec.num_gpus, c.lo), c.hi, table.max_gpus))
-        pace = float(table.rate[ref, min(v.epoch, table.rate.shape[1] - 1)]) / ref if table.max_gpus else 0.0
-        total = predicted_total(v.declared_work, v.progress, residual, pace)
-        ws = total / app.total_work if app.total_work > 0 else 1.0
-        epoch = app.epoch_at(v.progress, ws)
+        ws, epoch = scale_and_epoch(v, app, table, c.lo, c.hi, residual)
         times = table.remaining(ws, v.progress, epoch, c.hi)
         if len(times) <= c.hi:  # the application cannot spread over more GPUs: those counts are not offered
             times = np.concatenate([times, np.full(c.hi + 1 - len(times), math.inf)])
@@ -152,6 +148,17 @@ class CandidateBuilder:
                 batches[c.cur_gpus] = best[e]
         c.times[t] = times
         c.batches[t] = batches
+
+
+def scale_and_epoch(v: JobView, app: Application, table: RateTable, lo: int, hi: int, residual: float
+                    ) -> tuple[float, int]:
+    """(work scale, epoch) of a job: its predicted total work over the application's (`length.predicted_total`,
+    GPU-seconds turned into work at the table's pace at its reference size) and the epoch its progress is in."""
+    ref = max(1, min(max(v.spec.num_gpus, lo), hi, table.max_gpus))
+    pace = float(table.rate[ref, min(v.epoch, table.rate.shape[1] - 1)]) / ref if table.max_gpus else 0.0
+    total = predicted_total(v.declared_work, v.progress, residual, pace)
+    ws = total / app.total_work if app.total_work > 0 else 1.0
+    return ws, app.epoch_at(v.progress, ws)
 
 
 def _time_on(rates: np.ndarray, epoch_end: np.ndarray, ws: float, progress: float, epoch: int) -> float:

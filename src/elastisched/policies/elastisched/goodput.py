@@ -113,6 +113,7 @@ class RateTables:
         self._tables: dict[tuple[int, str, int], RateTable] = {}
         self._apps: dict[int, Application] = {}  # keeps the models keyed by id() alive
         self._shapes: dict[tuple[int, str, tuple[int, ...]], tuple[np.ndarray, np.ndarray]] = {}
+        self._finite_from: dict[tuple[int, str, tuple[int, ...]], int] = {}
 
     def table(self, app: Application, gpu_type: str, per_node: int) -> RateTable:
         key = (id(app), gpu_type, per_node)
@@ -129,6 +130,18 @@ class RateTables:
         if r is None:
             if len(self._shapes) > 20_000:
                 self._shapes.clear()
+                self._finite_from.clear()
             r = self._shapes[key] = best_rates(app, gpu_type, shape)
             self._apps[id(app)] = app
         return r
+
+    def finite_from(self, app: Application, gpu_type: str, shape: tuple[int, ...]) -> int:
+        """The first epoch from which every epoch has a usable batch on this placement shape (`shape_rates` > 0):
+        a job there at an earlier epoch would never finish."""
+        key = (id(app), gpu_type, shape)
+        e = self._finite_from.get(key)
+        if e is None:
+            rates = self.shape_rates(app, gpu_type, shape)[0]
+            zero = np.flatnonzero(rates <= 0)
+            e = self._finite_from[key] = int(zero[-1]) + 1 if len(zero) else 0
+        return e

@@ -34,6 +34,7 @@ from elastisched.policies.elastisched.goodput import RateTables
 from elastisched.policies.elastisched.length import LengthBelief
 from elastisched.policies.elastisched.loans import LoanWatch
 from elastisched.policies.elastisched.placement import Placement, place_all
+from elastisched.policies.elastisched.steady import allocation_at, steady_allocations
 from elastisched.policies.elastisched.values import VALUES, ValueRule, build_problem, protected
 
 
@@ -47,6 +48,7 @@ class ElastischedPolicy(Policy):
     elastic = True
     batch_in_place = True
     knows_length = LengthKnowledge.DECLARED
+    steady_path = True  # decide steady rounds without the assignment (`steady`); tests turn it off to compare
 
     option_help: ClassVar[dict[str, str]] = {
         "preempt": "a waiting job preempts only jobs with this many times its remaining time (≥ 1)",
@@ -116,20 +118,27 @@ class ElastischedPolicy(Policy):
         cluster, per_node = capacity_without(snap.nodes, gone)
         for t, idle in _idle_on(snap, risky).items():
             cluster[t] -= idle
-        cands = self.builder.build(snap, ctx, _survivors(snap, gone), cluster, per_node, self._moved)
-        reasons: dict[str, PendingReason] = {c.job_id: PendingReason.INFEASIBLE for c in cands
-                                              if not c.times or not _fits_ever(c, cluster)}
-        usable = [c for c in cands if c.job_id not in reasons]
-        keep = protected(usable, snap.now, self.preempt, self.min_run)
-        problem = build_problem(usable, cluster, keep, self.rule, snap.now)
-        answer = solve(problem)
-        allocs = self._allocations(snap, usable, problem, answer, gone, risky, reasons)
+        steady = steady_allocations(snap, ctx, self.builder, cluster, per_node) \
+            if self.steady_path and not gone and not risky else None
+        reasons: dict[str, PendingReason] = {}
+        allocs = steady if steady is not None else self._assigned(snap, ctx, gone, risky, cluster, per_node, reasons)
         for jid, a in allocs.items():  # what each running job has had so far, for its length at on_finish
             held = snap.jobs[jid].allocation
             self._attained[jid] = (snap.jobs[jid].attained(snap.now), snap.now, a.gpus)
             if a is not held and not a.same_gpus(held):
                 self._moved[jid] = snap.now
         return Decision(allocs, reasons, choice.servers if choice else ())
+
+    def _assigned(self, snap: ClusterSnapshot, ctx: PolicyContext, gone: frozenset[NodeId], risky: frozenset[NodeId],
+                  cluster: dict[str, int], per_node: dict[str, int], reasons: dict[str, PendingReason]
+                  ) -> dict[str, Allocation]:
+        """The full round (module docstring, steps 1–5); a reason for every job left without GPUs."""
+        cands = self.builder.build(snap, ctx, _survivors(snap, gone), cluster, per_node, self._moved)
+        reasons.update({c.job_id: PendingReason.INFEASIBLE for c in cands if not c.times or not _fits_ever(c, cluster)})
+        usable = [c for c in cands if c.job_id not in reasons]
+        keep = protected(usable, snap.now, self.preempt, self.min_run)
+        problem = build_problem(usable, cluster, keep, self.rule, snap.now)
+        return self._allocations(snap, usable, problem, solve(problem), gone, risky, reasons)
 
     def _allocations(self, snap: ClusterSnapshot, cands: list[Candidate], problem: Problem, answer: Assignment,
                      gone: frozenset[NodeId], closed: frozenset[NodeId], reasons: dict[str, PendingReason]
@@ -177,11 +186,7 @@ def _allocation(c: Candidate, t: str, k: int, p: Placement, builder: CandidateBu
             e = min(view.epoch, app.max_epochs - 1)
             batch = int(builder.tables.shape_rates(app, t, shape)[1][e])
         batch = batch or None
-    cur = view.allocation
-    if p == cur.placement and (batch or view.spec.batch_size) == (cur.batch_size or view.spec.batch_size) \
-            and cur.local_batch is None and cur.accumulation is None:
-        return cur
-    return Allocation(p, batch_size=batch)
+    return allocation_at(view, p, batch)
 
 
 def _waiting(c: Candidate, left: dict[str, int]) -> PendingReason:
