@@ -3,7 +3,7 @@
 One PNG per figure, for every section the JSON holds (schemas in scale.py's docstring):
 - replay:    `replay_cpu.png` (simulation CPU against jobs, per policy, log-log, with the linear slope through
              the smallest size and the 60 s target) and `replay_rss.png` (peak RSS against jobs, 2 GiB target);
-- decisions: `decisions.png` (p99 decision time against GPUs, per policy, one panel per active-job count, the
+- decisions: `decisions.png` (p99 decision CPU against GPUs, per policy, active jobs growing with GPUs, the
              1 s target; a point decided under a time budget is drawn hollow);
 - philly:    `philly.png` (CPU seconds per policy and cluster on the full Philly trace, the 10 min target, and
              mean JCT beside it).
@@ -62,39 +62,48 @@ def replay(section: dict[str, Any], out: Path) -> list[Path]:
 
 
 def decisions(section: dict[str, Any], out: Path) -> list[Path]:
+    """Thread-CPU p99 per round (the bar's clock) against GPUs; active jobs grow with GPUs (1,000 at 8,192), so
+    one panel holds every point. Hollow markers: the policy ran with a time budget."""
     points = section["points"]
-    sizes = sorted({p["jobs"] for p in points})
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False)
-    for ax, jobs in zip(axes[0], sizes, strict=True):
-        for policy in sorted({p["policy"] for p in points if p["jobs"] == jobs}):
-            pts = sorted((p["gpus"], p["p99_s"], p.get("budget_s")) for p in points
-                         if p["jobs"] == jobs and p["policy"] == policy)
-            line, = ax.plot([g for g, _, _ in pts], [v for _, v, _ in pts], "o-", label=policy)
-            hollow = [(g, v) for g, v, b in pts if b]
-            if hollow:
-                ax.plot(*zip(*hollow, strict=True), "o", mfc="white", color=line.get_color())
-        ax.axhline(1.0, color="red", linestyle="--", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel("decision time per round, p99 (s)")
-        ax.set_title(f"{jobs} active jobs")
-        ax.legend(fontsize=7)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy in sorted({p["policy"] for p in points}):
+        pts = sorted((p["gpus"], max(p["cpu_p99_s"], 1e-4), bool(p.get("budget_s"))) for p in points
+                     if p["policy"] == policy)
+        line, = ax.plot([g for g, _, _ in pts], [v for _, v, _ in pts], "o-", label=policy)
+        hollow = [(g, v) for g, v, b in pts if b]
+        if hollow:
+            ax.plot(*zip(*hollow, strict=True), "o", mfc="white", color=line.get_color())
+    ax.axhline(1.0, color="red", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("GPUs (three types; active jobs = 1,000 x GPUs / 8,192)")
+    ax.set_ylabel("decision CPU per round, p99 (s)")
+    ax.legend(fontsize=7, ncol=2)
     return [_save(fig, out / "decisions.png")]
 
 
 def philly(section: dict[str, Any], out: Path) -> list[Path]:
     runs = section["runs"]
-    labels = [f"{r['policy']}\n{r['cluster']}" for r in runs]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 0.6 * len(runs) + 1.5))
-    a.barh(labels, [r["cpu_s"] for r in runs])
+    labels = [f"{r['policy']} {_options(r)}\n{r['cluster']}" for r in runs]
+    done = ["avg_jct" in r for r in runs]  # an unfinished run was stopped: its CPU is how far it got
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 0.6 * len(runs) + 1.5))
+    a.barh(labels, [r["cpu_s"] for r in runs], color=["C0" if d else "C7" for d in done])
+    for y, (r, d) in enumerate(zip(runs, done, strict=True)):
+        if not d:
+            a.text(r["cpu_s"], y, f" stopped at day {r.get('sim_time_reached_s', 0) / 86400:.1f}", va="center",
+                   fontsize=7)
     a.axvline(600, color="red", linestyle="--", linewidth=1)
-    a.set_xlabel("CPU seconds, whole trace (target 600)")
-    b.barh(labels, [r["avg_jct"] / 3600 for r in runs])
-    b.set_xlabel("mean JCT (hours)")
+    a.set_xlabel("CPU seconds, whole trace (target 600; grey: stopped unfinished)")
+    b.barh(labels, [r["avg_jct"] / 3600 if d else 0.0 for r, d in zip(runs, done, strict=True)])
+    b.set_xlabel("mean JCT (hours; none for a run stopped unfinished)")
     b.set_yticks([])
     fig.suptitle("full Philly trace")
     return [_save(fig, out / "philly.png")]
+
+
+def _options(run: dict[str, Any]) -> str:
+    opts = run.get("options") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(opts.items()))
 
 
 PLOTS: dict[str, Callable[[dict[str, Any], Path], list[Path]]] = {
