@@ -19,15 +19,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import random
-import signal
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,178 +38,10 @@ from elastisched.policies.base import make_policy
 from elastisched.sim import SimConfig, simulate
 from elastisched.sim.runner import load_cluster
 from elastisched.workloads import Workload, load_workload
-from elastisched.workloads.gavel import load_gavel_tsv
-from elastisched.workloads.ones import history_runs, load_ones_csv
-from elastisched.workloads.pollux import load_pollux_csv
-from elastisched.workloads.traces import load_raw_trace
+from elastisched.workloads.ones import history_runs
+from fuzz_corpus import BYTES, GAVEL_NAMES, GAVEL_NUMERIC, NASTY, ODD, STRUCTURAL, Fmt, formats
+from fuzz_harness import SEED, Tally, check_accepted, report, run_case
 from peer_data import ONES_HISTORY
-
-SEED = int(os.environ.get("ELASTISCHED_FUZZ_SEED", "0"))
-CASE_LIMIT_S = 5.0
-# the documented ranges (docs/workloads.md), restated here so that the oracle does not trust the schema
-MAX_TIME = 10 * 365 * 86400.0
-RANGES = {"submit_time": (0.0, MAX_TIME), "num_gpus": (1, 65_536), "batch_size": (1, 2**20),
-          "work_scale": (0.0, 1e6), "duration": (0.0, MAX_TIME)}
-# never a valid number in any field (the range of every field excludes -1, 1e23 and 1e308 too)
-NASTY = ["nan", "NaN", "inf", "-inf", "Infinity", "1e400", "-1e400", "1_000", "+5", "１２", "٣", "۴", "५",
-         "0x10", "1e23", "1e308", "-1", "abc", "", " ", "1.5e", ".", "-", "5" * 5000]
-ODD = ["0", "-0", "1.5", "1e-400", "3", "64", "100000", "2.0", "1e9", "\x00", "\u2028", "é", "x" * 300, '"', "'",
-       "a\tb", "a,b", '"q"', "\ufeff1", " 7 ", "1e3", "00012", "\\", "\r", "%s", "{}", "-5e-3"]
-BYTES = [b"\xff", b"\x00", b"\r", b"\n", b'"', b"\t", b",", b"\xc3", b"\xe2\x80\xa8", b"9", b"-", b"e", b" "]
-STRUCTURAL = {"row", "encoding", "file", "rows"}
-
-
-@dataclass
-class Fmt:
-    name: str
-    suffix: str
-    header: list[str] | None  # None: headerless (Gavel TSV)
-    rows: list[list[str]]
-    numeric: set[int]  # columns whose values are numbers (a nasty value there must be rejected)
-    load: Callable[[Path], Workload]
-    sep: str = ","
-    gz: bool = False
-
-
-def _formats(models: PerfModels, history: Any) -> list[Fmt]:
-    pollux = [["cifar10-0", "107", "cifar10", "6", "2048"], ["ncf-1", "110", "ncf", "1", "256"],
-              ["bert-2", "3600.5", "bert", "4", "48"], ["imagenet-3", "7200", "imagenet", "16", "3200"]]
-    raw = [["2017-10-09 07:01:55", "3600.0", "1", "3600", "11cb48"], ["2017-10-09 08:00:00", "7200", "4", "1", "x"],
-           ["2017-10-10T01:02:03", "600", "2", "", "c"], ["1507532515", "900.5", "8", "", "d"]]
-    gavel = [["ResNet-50 (batch size 64)", "cmd", "-n", "1", "1000", "0.0", "2"],
-             ["CycleGAN", "cmd", "-n", "1", "500", "30.0", "1"],
-             ["Transformer (batch size 128)", "cd x", "-step", "1", "95121", "0.000000", "1"],
-             ["ResNet-18 (batch size 64)", "python3 main.py", "image_classification/cifar10", "--num_steps", "1",
-              "17484476", "8", "1", "-1.000000", "0.000000"],
-             ["A3C", "cmd", "dir", "-n", "1", "2000", "4", "1", "-1", "0", "x", "12.5"]]
-    ones = [["0", "resnet50", "imagenet", "10000", "10", "32", "5.00E-04", "0.008", "0.55", "16"],
-            ["5", "bert", "sst2", "20000", "5", "16", "1e-5", "", "0.9", "2"],
-            ["30", "resnet18", "cifar", "40000", "3", "64", "0.01", "0.1", "0.93", "4"]]
-    apps = models.apps
-    return [
-        Fmt("pollux", ".csv", ["name", "time", "application", "num_replicas", "batch_size"], pollux, {1, 3, 4},
-            lambda p: load_pollux_csv(p, apps)),
-        Fmt("sia", ".csv", ["name", "time", "application", "num_replicas", "batch_size", "category"],
-            [[*r, c] for r, c in zip(pollux, ["adaptive", "rigid", "scale-gpus", ""], strict=True)], {1, 3, 4},
-            lambda p: load_workload(str(p), models)),
-        Fmt("deepboot", ".csv", ["name", "time", "application", "num_replicas", "batch_size", "duration", "num_task"],
-            [[*r, "4.0", "-1"] for r in pollux[:2]] + [["inference-ncf-2", "33", "infer-ncf-1", "1", "1", "2.0",
-                                                        "3271"], ["inference-yolo-9", "19", "infer-yolov3-1", "2",
-                                                                  "1", "7.0", "530"]], {1, 3, 4, 5, 6},
-            lambda p: load_pollux_csv(p, apps)),
-        Fmt("raw", ".csv", ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"], raw, {1, 2},
-            lambda p: load_raw_trace(p, models)),
-        Fmt("raw-gz", ".csv.gz", ["time", "duration", "num_gpus"], [["0", "3600", "1"], ["100.5", "7200", "4"],
-                                                                    ["250", "600", "2"]], {0, 1, 2},
-            lambda p: load_workload(str(p), models), gz=True),
-        Fmt("gavel", ".trace", None, gavel, set(), lambda p: load_gavel_tsv(p, models), sep="\t"),
-        Fmt("ones", ".csv", ["time", "model", "task", "epoch_size", "patience", "batch_size", "lr", "max_lr",
-                             "target_acc", "num_gpus"], ones, {0, 3, 4, 5, 6, 7, 8, 9},
-            lambda p: load_ones_csv(p, history, models)),
-    ]
-
-
-GAVEL_NUMERIC = {7: {4, 5, 6}, 10: {5, 6, 9}, 12: {5, 6, 11}}
-GAVEL_NAMES = {7: {4: "total_steps", 5: "arrival_time", 6: "scale_factor"},
-               10: {5: "total_steps", 6: "scale_factor", 9: "arrival_time"},
-               12: {5: "total_steps", 6: "scale_factor", 11: "arrival_time"}}
-
-
-class Hang(Exception):
-    pass
-
-
-@contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    def on_alarm(*_: object) -> None:
-        raise Hang(f"case ran past {seconds} s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def check_accepted(w: Workload) -> str | None:
-    """Independent range oracle for an accepted workload."""
-    if not w.jobs:
-        return "empty workload accepted"
-    for j in w.jobs:
-        for col, (lo, hi) in RANGES.items():
-            v = getattr(j, col)
-            if v is None and col == "duration":
-                continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not lo <= v <= hi:
-                return f"{j.job_id}: {col}={v!r} outside [{lo}, {hi}]"
-            if col in ("num_gpus", "batch_size") and not isinstance(v, int):
-                return f"{j.job_id}: {col}={v!r} not an integer"
-        if j.work_scale <= 0 or (j.duration is not None and j.duration <= 0):
-            return f"{j.job_id}: non-positive work_scale/duration"
-    return None
-
-
-@dataclass
-class Tally:
-    rows: int = 0
-    files: int = 0
-    accepted: int = 0
-    rejected: int = 0
-    slowest: float = 0.0
-    failures: list[str] | None = None
-    kept: list[Workload] | None = None  # a sample of accepted workloads, simulated afterwards
-    by_format: Counter[str] | None = None
-    cases_by_format: Counter[str] | None = None
-    seconds_by_format: Counter[str] | None = None
-    n_failures: int = 0
-
-    def __post_init__(self) -> None:
-        self.failures, self.kept = [], []
-        self.by_format, self.cases_by_format, self.seconds_by_format = Counter(), Counter(), Counter()
-
-    def fail(self, what: str) -> None:
-        assert self.failures is not None
-        self.n_failures += 1
-        if len(self.failures) < 30:
-            self.failures.append(what[:400])
-
-
-def run_case(t: Tally, fmt: str, fn: Callable[[], Any], check: Callable[[Exception | None, Any], str | None],
-             what: str, rows: int = 1) -> None:
-    t.rows += rows
-    t.files += 1
-    assert t.by_format is not None and t.cases_by_format is not None
-    t.by_format[fmt] += rows
-    t.cases_by_format[fmt] += 1
-    t0 = time.perf_counter()
-    err: Exception | None = None
-    out: Any = None
-    try:
-        with deadline(CASE_LIMIT_S):
-            out = fn()
-    except (WorkloadError, ConfigError) as e:
-        err = e
-    except Exception as e:  # a traceback or a hang: the failure this suite exists to find
-        t.fail(f"{fmt}: {what}: {type(e).__name__}: {e}")
-        return
-    t.slowest = max(t.slowest, time.perf_counter() - t0)
-    assert t.seconds_by_format is not None
-    t.seconds_by_format[fmt] += time.perf_counter() - t0
-    if err is not None:
-        t.rejected += 1
-        msg = str(err)
-        if "\n" in msg or "\r" in msg or len(msg) > 600:
-            t.fail(f"{fmt}: {what}: message not one short line: {msg[:200]!r}")
-    elif getattr(out, "exit_code", 0) != 0:  # a CLI invocation that refused its options
-        t.rejected += 1
-    else:
-        t.accepted += 1
-        if isinstance(out, Workload) and t.kept is not None and t.accepted % 25 == 1:
-            t.kept.append(out)
-    bad = check(err, out)
-    if bad:
-        t.fail(f"{fmt}: {what}: {bad}")
 
 
 def _mutate_row(rng: random.Random, f: Fmt, cells: list[str]) -> tuple[str, int | None, bool, str]:
@@ -287,7 +114,7 @@ def _row_check(f: Fmt, path: Path, line: int, col: int | None, must: bool, ncell
 
 def fuzz_rows(tmp: Path, models: PerfModels, history: Any, counts: dict[str, int], t: Tally) -> None:
     rng = random.Random(SEED)
-    fmts = {f.name: f for f in _formats(models, history)}
+    fmts = {f.name: f for f in formats(models, history)}
     for name, n in counts.items():
         f = fmts[name]
         for k in range(n):
@@ -505,20 +332,6 @@ def fuzz_cli(tmp: Path, n: int, t: Tally) -> None:
         run_case(t, "cli", invoke, check, repr(args)[:200], rows=0)
 
 
-def _report(t: Tally, seconds: float, name: str) -> None:
-    assert t.by_format is not None and t.cases_by_format is not None
-    summary = {"seed": SEED, "suite": name, "malformed_rows": t.rows, "cases": t.files, "accepted": t.accepted,
-               "rejected": t.rejected, "rows_by_format": {k: v for k, v in t.by_format.items() if v},
-               "cases_by_format": dict(t.cases_by_format), "formats": len(t.cases_by_format),
-               "seconds_by_format": {k: round(v, 1) for k, v in (t.seconds_by_format or {}).items()},
-               "slowest_case_s": round(t.slowest, 3), "seconds": round(seconds, 1), "failures": t.n_failures}
-    print(json.dumps(summary))
-    out = os.environ.get("ELASTISCHED_FUZZ_OUT")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / f"fuzz_{name}.json").write_text(json.dumps(summary, indent=2))
-
-
 @pytest.mark.timeout(300)
 def test_fuzz_workload_rows_and_specs(tmp_path: Path, models: PerfModels) -> None:
     t0 = time.perf_counter()
@@ -531,7 +344,7 @@ def test_fuzz_workload_rows_and_specs(tmp_path: Path, models: PerfModels) -> Non
     fuzz_clusters(tmp_path, 1200, t)
     fuzz_cli(tmp_path, 200, t)
     simulated = simulate_accepted(t, models)
-    _report(t, time.perf_counter() - t0, "workloads")
+    report(t, time.perf_counter() - t0, "workloads")
     assert not t.failures, "\n".join(t.failures or [])
     assert t.rows >= 10_000 and len(t.cases_by_format or {}) >= 11
     assert t.accepted > 0 and t.rejected > 0 and simulated >= 20
@@ -546,6 +359,6 @@ def test_fuzz_ones_rows(tmp_path: Path, models: PerfModels) -> None:
     t0 = time.perf_counter()
     t = Tally()
     fuzz_rows(tmp_path, models, history_runs(path), {"ones": 600}, t)
-    _report(t, time.perf_counter() - t0, "ones")
+    report(t, time.perf_counter() - t0, "ones")
     assert not t.failures, "\n".join(t.failures or [])
     assert t.rows == 600 and t.accepted > 0 and t.rejected > 0
