@@ -29,6 +29,7 @@ def test_single_job_runs_its_analytic_time(models: PerfModels) -> None:
     run = models.app("cifar10").run_seconds("t4", 4, 512, 4) * 0.05
     job = r.jobs.iloc[0]
     assert job["start"] == 0.0
+    assert job["queue"] == 0.0 and job["reason"] == ""  # a start at t = 0 is a start, not a wait until the end
     assert job["jct"] == pytest.approx(run + 30.0, rel=1e-6)  # + the 30 s restart cost of the launch
     assert r.summary["restarts"] == 0
 

@@ -135,7 +135,7 @@ class JobRows:
         """The row of a job that has just ended (its state is final then)."""
         spec, start, end = j.spec, j.start_time, j.end_time
         assert end is not None
-        waited = (start or end) - spec.submit_time
+        waited = (start if start is not None else end) - spec.submit_time  # a start at t = 0 is a start
         table = self.table
         running = j.run_time - j.restart_time
         if self._batch.add(j, len(table), running):
