@@ -11,7 +11,8 @@ The oracle, written independently of the loaders:
 - a rejected row names the file, the mutated line (or a later one, for a byte that opens a quote or splits
   the line) and a real column; a nasty value (`nan`, `inf`, `1_000`, `+5`, full-width or Arabic-Indic
   digits, ...) in a numeric column is rejected naming that column;
-- anything accepted lies within the documented ranges (`RANGES` in tests/fuzz_harness.py, copied from docs/workloads.md).
+- anything accepted lies within the documented ranges (`RANGES` in tests/fuzz_harness.py, copied from
+  docs/workloads.md).
 Counts (rows, files, formats, seconds) are printed and written to `$ELASTISCHED_FUZZ_OUT` when set.
 """
 
