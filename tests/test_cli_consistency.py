@@ -71,3 +71,18 @@ def test_setup_leaves_no_model_to_build_during_the_runs(monkeypatch: pytest.Monk
     for order in (["fifo", "tiresias"], ["tiresias", "fifo"]):
         res = run_policies(s, order)
         assert all(r.summary["n_finished"] == 160 for r in res.values())
+
+
+def test_serve_defaults_are_the_services() -> None:
+    """`elastisched serve` states its defaults as literals (the CLI does not import the service to print --help);
+    they must be the service's own, which `python -m elastisched.service` and `server.build` use."""
+    import inspect
+
+    from elastisched.cli.serve import serve
+    from elastisched.service.isolation import DEFAULT_MAX_QUEUED
+    from elastisched.service.routes.context import API_THREADS, API_THREADS_MAX
+
+    params = inspect.signature(serve).parameters
+    threads, queued = params["api_threads"].default, params["max_queued"].default
+    assert (threads.default, threads.max) == (API_THREADS, API_THREADS_MAX)
+    assert queued.default == DEFAULT_MAX_QUEUED

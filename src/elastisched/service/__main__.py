@@ -12,6 +12,7 @@ from elastisched.service.secret_inputs import reexec_without_secrets
 def main() -> None:
     reexec_without_secrets()  # secrets from the environment go to a fresh image through a pipe (returns if none)
     from elastisched.service.isolation import DEFAULT_MAX_QUEUED, JobsConfig
+    from elastisched.service.routes.context import API_THREADS
     from elastisched.service.server import serve
 
     ap = argparse.ArgumentParser(prog="python -m elastisched.service")
@@ -51,8 +52,8 @@ def main() -> None:
     ap.add_argument("--job-python", default=None, help="interpreter jobs run under (default: this one)")
     ap.add_argument("--max-queued-per-user", type=int, default=DEFAULT_MAX_QUEUED,
                     help="queued jobs a user who is not an admin may have (429 beyond)")
-    ap.add_argument("--api-threads", type=int, default=2, help="worker threads of the API's polled reads, and "
-                    "as many of submissions (docs/service.md)")
+    ap.add_argument("--api-threads", type=int, default=API_THREADS,
+                    help="worker threads of the API's polled reads, and as many of submissions (docs/service.md)")
     ap.add_argument("--slurm", action="append", default=[], help="--backend slurm, KEY=VALUE (repeatable): "
                     "partition=, loan-partition=, account=, shared=DIR, arg=SBATCH_OPTION")
     a = ap.parse_args()

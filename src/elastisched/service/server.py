@@ -30,6 +30,7 @@ from elastisched.service.auth import precreate_private, secure_workdir, sqlite_p
 from elastisched.service.daemon import Service
 from elastisched.service.isolation import JobsConfig
 from elastisched.service.logstream import Follows
+from elastisched.service.routes.context import API_THREADS, API_THREADS_MAX
 from elastisched.service.secret_inputs import TOKEN_ENV, check_admin_token, read_secret_file
 from elastisched.service.store import Store
 
@@ -72,11 +73,12 @@ def build(*, db: str | None, cluster: str, policy: str, workdir: str | os.PathLi
           follow_idle_s: float = 300.0, backend: str = "local",
           ray_address: str | None = None, policy_interval: float | None = None,
           fake_mtbf_s: float | None = None, jobs: JobsConfig | None = None, db_file: str | None = None,
-          token_file: str | None = None, slurm: Any = None, api_threads: int = 2) -> tuple[FastAPI, Service, str]:
+          token_file: str | None = None, slurm: Any = None, api_threads: int = API_THREADS
+          ) -> tuple[FastAPI, Service, str]:
     """The app, its service and the admin token. `jobs`: how jobs are isolated (`service/isolation.py`);
     `api_threads`: worker threads of the API's reads, and of its submissions."""
-    if not 1 <= api_threads <= 64:
-        raise ConfigError("--api-threads", api_threads, "must be 1 to 64")
+    if not 1 <= api_threads <= API_THREADS_MAX:
+        raise ConfigError("--api-threads", api_threads, f"must be 1 to {API_THREADS_MAX}")
     jobs = jobs or JobsConfig()
     mode = jobs.mode(backend)
     work = secure_workdir(Path(workdir).resolve(), shared=mode == "users")

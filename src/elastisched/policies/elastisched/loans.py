@@ -15,12 +15,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from elastisched.core.nodes import NodeSet
-from elastisched.core.types import ClusterSnapshot, JobView, NodeId, Pool
+from elastisched.core.types import ClusterSnapshot, JobView, NodeId, NodeView, Pool
 from elastisched.loaning.forecast import SeasonalForecast
 from elastisched.policies._reclaim import ReclaimChoice, choose, holdings_from_snapshot
 from elastisched.policies.elastisched.candidates import bounds
@@ -71,4 +71,4 @@ class LoanWatch:
 
 def _loaned(ns: NodeSet) -> int:
     """Loaned servers in a node set (counted once per set)."""
-    return sum(1 for n in ns.nodes if getattr(n, "pool", Pool.TRAIN) is Pool.LOANABLE)
+    return sum(1 for n in cast("tuple[NodeView, ...]", ns.nodes) if n.pool is Pool.LOANABLE)

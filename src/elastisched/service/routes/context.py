@@ -23,6 +23,7 @@ from elastisched.service.logstream import Follows
 from elastisched.service.store import TERMINAL, AmbiguousId, Store
 
 API_THREADS = 2  # `serve --api-threads`: measured best at 20 clients on 2 cores (docs/service.md)
+API_THREADS_MAX = 64  # the most it takes
 T = TypeVar("T")
 JobId = Annotated[str, PathParam(pattern=JOB_ID, description="job id or a unique prefix of it")]
 
