@@ -1,7 +1,10 @@
 """Pollux's per-round arrays built from the snapshot: the job order, restart factors, the GPU types each job may
-use, the current allocation as one sparse state, and a state's rows per job."""
+use, the current allocation as one sparse state, a state's rows per job, and the signatures that say whether a
+job changed since the last round."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -62,3 +65,20 @@ def rows_of(state: Population) -> dict[int, list[tuple[int, int]]]:
                        strict=True):
         rows.setdefault(j, []).append((n, c))
     return rows
+
+
+def job_inputs(job: JobView) -> tuple[Any, ...]:
+    """What the search reads from a job besides its age and attained service: its allocation (the body keeps the
+    very object while it is unchanged), batch, epoch (gradient statistics), restarts, reported statistics and
+    model."""
+    return job.allocation, job.batch_size, job.epoch, job.num_restarts, job.grad_stats, job.model, job.spec
+
+
+def job_structure(job: JobView) -> tuple[Any, ...]:
+    """What a quiet round requires unchanged since the last search (`PolluxPolicy._quiet`)."""
+    return job.allocation, job.num_restarts, job.spec, job.model
+
+
+def same_signature(a: tuple[Any, ...], b: tuple[Any, ...] | None) -> bool:
+    """Field by field: the very object (cheap) or an equal one."""
+    return b is not None and all(x is y or x == y for x, y in zip(a, b, strict=True))

@@ -37,7 +37,9 @@ found so far (`policies/pollux/nsga.py`). A budget that binds makes a run depend
 `quiet_s` (ours, default None = off) lets a round skip the search when nothing structural changed since the
 last one (no job arrived, left, moved or restarted; everything measured and fitted) for up to `quiet_s`
 seconds; such a round only re-optimises running jobs' batches in place. Both are for traces too long to
-search every minute (docs/scale.md); the reproductions run without them.
+search every minute (docs/scale.md); the reproductions run without them. On clusters of more than
+`narrow_above` nodes (default 64) the search leaves out identical empty nodes no state can use
+(`policies/pollux/search_space.py`: the same optimum, other random draws).
 
 `unaware=True` is Pollux as Sia's artifact runs it on a heterogeneous cluster (siasosp23/artifacts
 `sia-simulator/multi_simulator_unaware.py`, `cluster_unaware.py`, `job.py` with `h_unaware`; read, not copied):
@@ -68,14 +70,18 @@ from elastisched.policies.pollux.arrays import (
     allowed_types,
     by_attained_service,
     current_cells,
+    job_inputs,
+    job_structure,
     restart_factors,
     rows_of,
+    same_signature,
 )
 from elastisched.policies.pollux.beliefs import PolluxBeliefs
 from elastisched.policies.pollux.ga import AllocationProblem
 from elastisched.policies.pollux.goodput import GoodputFunction
 from elastisched.policies.pollux.nsga import search
-from elastisched.policies.pollux.population import Population, from_cells, from_dense, take, to_dense
+from elastisched.policies.pollux.population import Population, from_dense, take, to_dense
+from elastisched.policies.pollux.search_space import Front, initial_states, kept_nodes, onto_kept
 from elastisched.policies.pollux.unaware import VRows, devirtualise, virtual_base, virtual_nodes
 
 MAX_REPLICAS = 64  # artifact: "simulator can't handle more"
@@ -83,6 +89,9 @@ NCF_BATCH = 32768  # artifact: ncf jobs under Pollux train at this fixed global 
 #: a round's search stops once its best fitness has not improved for this many generations (None: always
 #: `generations`, as the artifact); the search is warm-started, so it converges early in most rounds
 PATIENCE = 10
+#: above this many nodes the search leaves out identical empty nodes no state can use (`search_space`); the
+#: artifacts' clusters (Pollux: 16 nodes, Sia: 16 × 4 GPUs virtual) and every reproduction stay below it
+NARROW_ABOVE = 64
 FIT_SHARE = 0.5  # with a budget: the share of it a round may spend fitting step-time models
 SEARCH_SHARE = 0.9  # ... and the share by which the search stops (the rest: batch sizes and the decision)
 
@@ -105,15 +114,18 @@ class PolluxPolicy(Policy):
         "unaware": "heterogeneity-unaware, as Sia's artifact runs Pollux",
         "budget_s": "CPU seconds a round may spend before it returns the best found so far (none: unbounded)",
         "quiet_s": "skip the search for up to this long while nothing structural changed (none: never skip)",
+        "narrow_above": "on clusters of more nodes, search only as many identical empty nodes as the jobs can span",
     }
 
     def __init__(self, pop_size: int = 100, generations: int = 100, max_nodes: int = 16,
                  patience: int | None = PATIENCE, unaware: bool = False, budget_s: float | None = None,
-                 quiet_s: float | None = None) -> None:
+                 quiet_s: float | None = None, narrow_above: int = NARROW_ABOVE) -> None:
         for opt, v in (("budget_s", budget_s), ("quiet_s", quiet_s)):
             if v is not None and not v > 0:
                 raise ValueError(f"pollux: {opt} must be > 0 seconds or None, got {v!r}")
-        self.budget_s, self.quiet_s = budget_s, quiet_s
+        if not narrow_above >= 0:
+            raise ValueError(f"pollux: narrow_above must be >= 0 nodes, got {narrow_above!r}")
+        self.budget_s, self.quiet_s, self.narrow_above = budget_s, quiet_s, narrow_above
         self._last: tuple[float, Any, dict[str, tuple[Any, ...]]] | None = None  # last search: time, nodes, jobs
         self._node_class: tuple[Any, list[str], np.ndarray] | None = None  # (nodes, GPU types, type per node)
         self._search_stats: dict[str, float | str] = {}  # the last search's (carries the CPU a child costs)
@@ -124,7 +136,7 @@ class PolluxPolicy(Policy):
         self.patience = patience
         self.max_nodes = max_nodes
         self.beliefs = PolluxBeliefs()
-        self._prev: tuple[Population, list[str], list[str]] | None = None  # last front, its jobs, nodes
+        self._prev: Front | None = None  # last front, its jobs, nodes
 
     # ------------------------------------------------------------------ learning from what jobs ran
     def _observe(self, snap: ClusterSnapshot, job: JobView, app: Application, types: Mapping[str, str]) -> bool:
@@ -161,14 +173,14 @@ class PolluxPolicy(Policy):
         return self.beliefs.goodput_fn(job.job_id, app)
 
     def _learn(self, snap: ClusterSnapshot, ctx: PolicyContext) -> dict[str, Application | None]:
-        """Observe the jobs whose inputs changed or are not yet measured (`_inputs`: a job refreshed only in its
+        """Observe the jobs whose inputs changed or are not yet measured (`job_inputs`: a job refreshed only in its
         progress has nothing new to report); returns each job's performance model."""
         types = snap.node_set.gpu_type
         apps: dict[str, Application | None] = {}
         for jid, job in snap.jobs.items():
             b = self.beliefs.belief(jid)
-            sig = _inputs(job)
-            if b.view is None or not _same(sig, b.sig):
+            sig = job_inputs(job)
+            if b.view is None or not same_signature(sig, b.sig):
                 b.view, b.sig, b.observed, b.app = job, sig, False, job_model(job, ctx)
             app = apps[jid] = b.app
             if not b.observed and app is not None and job.allocation.placement:
@@ -187,8 +199,10 @@ class PolluxPolicy(Policy):
         jobs = self.beliefs.jobs
         for jid, job in snap.jobs.items():
             b, had = jobs.get(jid), last[2].get(jid)
-            if b is None or had is None or not _same(_structure(job), had) or b.want_key is not b.fit_key or (
-                    not b.observed and b.app is not None and job.allocation.placement):
+            if b is None or had is None:
+                return False
+            measured = b.observed or b.app is None or not job.allocation.placement
+            if not measured or b.want_key is not b.fit_key or not same_signature(job_structure(job), had):
                 return False
         return True
 
@@ -229,17 +243,26 @@ class PolluxPolicy(Policy):
         table = self.beliefs.speedups(jobs, apps, fns, maxr, fair_nodes, fair_reps)
         real_ids = [n.node_id for n in snap.nodes]
         real_base = current_cells(jobs, real_ids)
+        allowed, scale = allowed_types(jobs, apps, classes), len(node_ids) / total
         base = (from_dense(virtual_base(self._vrows, jobs, node_ids, owner, caps)[None]) if self.unaware
                 else real_base)
-        problem = AllocationProblem(table, base, caps, node_class, allowed_types(jobs, apps, classes), maxr, minr,
-                                    restart_factors(jobs, snap.now), len(node_ids) / total, self.max_nodes)
+        init, kept = initial_states(self._prev, base, ids, node_ids), None
+        if not self.unaware and len(node_ids) > self.narrow_above:  # identical empty nodes: as many as jobs span
+            kept = kept_nodes(real_base, caps, node_class, allowed, maxr, self.max_nodes)
+            node_ids, caps, node_class = [node_ids[k] for k in kept.keep.tolist()], caps[kept.keep], \
+                node_class[kept.keep]
+            base, init = onto_kept(real_base, kept, len(ids)), onto_kept(init, kept, len(ids))
+        problem = AllocationProblem(table, base, caps, node_class, allowed, maxr, minr,
+                                    restart_factors(jobs, snap.now), scale, self.max_nodes)
         left = None if self.budget_s is None else max(SEARCH_SHARE * self.budget_s - (time.thread_time() - t0), 0.0)
         stats = self._search_stats
-        states, values = search(problem, self._initial(base, ids, node_ids), ctx.rng, self.pop_size,
-                                self.generations, patience=self.patience, budget_s=left, stats=stats)
+        states, values = search(problem, init, ctx.rng, self.pop_size, self.generations, patience=self.patience,
+                                budget_s=left, stats=stats)
         self._prev = (states, ids, node_ids)
-        self._last = (snap.now, snap.nodes, {j.job_id: _structure(j) for j in jobs})
+        self._last = (snap.now, snap.nodes, {j.job_id: job_structure(j) for j in jobs})
         best = take(states, np.array([int(np.argmin(values[:, 0]))]))
+        if kept is not None:
+            best.node = kept.keep[best.node]  # back onto the real nodes
         if self.unaware:
             real, self._vrows = devirtualise(to_dense(best, len(ids), len(node_ids))[0], ids, node_ids, owner, ntype,
                                              real_ids)
@@ -284,20 +307,6 @@ class PolluxPolicy(Policy):
         if job.spec.elastic:
             cap = min(cap, job.spec.gpu_cap)
         return max(1, min(cap, total))
-
-    def _initial(self, base: Population, ids: list[str], node_ids: list[str]) -> Population:
-        """The previous round's non-dominated states mapped onto today's jobs and nodes (artifact
-        `_adapt_prev_states`; cells of jobs or nodes gone are dropped), or the current allocation alone."""
-        if self._prev is None:
-            return base
-        prev, pjobs, pnodes = self._prev
-        jpos = {j: k for k, j in enumerate(ids)}
-        npos = {n: k for k, n in enumerate(node_ids)}
-        jmap = np.array([jpos.get(j, -1) for j in pjobs] + [-1], dtype=np.intp)
-        nmap = np.array([npos.get(n, -1) for n in pnodes] + [-1], dtype=np.intp)
-        job, node = jmap[prev.job], nmap[prev.node]
-        ok = (job >= 0) & (node >= 0)
-        return from_cells(prev.state[ok], job[ok], node[ok], prev.count[ok], len(prev), (len(ids), len(node_ids)))
 
     def _decision(self, snap: ClusterSnapshot, jobs: list[JobView], best: Population, base: Population,
                   node_ids: list[str], apps: dict[str, Application | None],
@@ -381,18 +390,3 @@ class PolluxPolicy(Policy):
                        np.array(prev["node"], dtype=np.intp), np.array(prev["count"], dtype=np.int64)),
             list(prev["jobs"]), list(prev["nodes"]))
 
-
-def _inputs(job: JobView) -> tuple[Any, ...]:
-    """What the search reads from a job besides its age and attained service: its allocation (the body keeps the
-    very object while it is unchanged), batch, epoch (gradient statistics), restarts, reported statistics and
-    model."""
-    return job.allocation, job.batch_size, job.epoch, job.num_restarts, job.grad_stats, job.model, job.spec
-
-
-def _structure(job: JobView) -> tuple[Any, ...]:
-    """What a quiet round requires unchanged since the last search (`_quiet`)."""
-    return job.allocation, job.num_restarts, job.spec, job.model
-
-
-def _same(a: tuple[Any, ...], b: tuple[Any, ...] | None) -> bool:
-    return b is not None and all(x is y or x == y for x, y in zip(a, b, strict=True))
