@@ -249,9 +249,11 @@ class PolluxPolicy(Policy):
         init, kept = initial_states(self._prev, base, ids, node_ids), None
         if not self.unaware and len(node_ids) > self.narrow_above:  # identical empty nodes: as many as jobs span
             kept = kept_nodes(real_base, caps, node_class, allowed, maxr, self.max_nodes)
-            node_ids, caps, node_class = [node_ids[k] for k in kept.keep.tolist()], caps[kept.keep], \
-                node_class[kept.keep]
-            base, init = onto_kept(real_base, kept, len(ids)), onto_kept(init, kept, len(ids))
+            kept = None if kept.everything else kept  # every node needed: the search is the artifact's
+            if kept is not None:
+                node_ids, caps, node_class = [node_ids[k] for k in kept.keep.tolist()], caps[kept.keep], \
+                    node_class[kept.keep]
+                base, init = onto_kept(real_base, kept, len(ids)), onto_kept(init, kept, len(ids))
         problem = AllocationProblem(table, base, caps, node_class, allowed, maxr, minr,
                                     restart_factors(jobs, snap.now), scale, self.max_nodes)
         left = None if self.budget_s is None else max(SEARCH_SHARE * self.budget_s - (time.thread_time() - t0), 0.0)
