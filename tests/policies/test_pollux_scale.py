@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from elastisched.core.cluster import parse_cluster
+from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView
 from elastisched.models.throughput import PolluxParams
-from elastisched.policies.base import make_policy
+from elastisched.policies.base import PolicyContext, make_policy
 from elastisched.policies.pollux.ga import P_NORM, AllocationProblem
 from elastisched.policies.pollux.goodput import GoodputFunction, optimize_many
 from elastisched.policies.pollux.nsga import search
@@ -158,3 +159,29 @@ def test_quiet_rounds_keep_every_allocation_until_something_changes(models: obje
     assert 0 < len(searched) < r.summary["rounds"]  # some rounds were quiet, the others searched
     with pytest.raises(ValueError, match="quiet_s"):
         make_policy("pollux", quiet_s=0)
+
+
+def test_a_round_after_a_search_is_quiet_while_every_job_is_where_it_was_put(models: object) -> None:
+    """The last search's own moves and in-place batch changes are not news; a job elsewhere is."""
+    nodes = parse_cluster("2x1:t4")
+    app = models.app("cifar10")  # type: ignore[attr-defined]
+    spec = JobSpec("a", 0.0, "cifar10", 1, 128)
+    pol = make_policy("pollux", pop_size=20, generations=5, quiet_s=600.0)
+    ctx = PolicyContext(perf=models, rng=np.random.default_rng(0))  # type: ignore[arg-type]
+    pending = JobView(spec, JobPhase.PENDING, Allocation(), updated_at=60.0, model=app)
+    given = pol.schedule(ClusterSnapshot(60.0, nodes, {"a": pending}), ctx).allocations["a"]
+    assert given.placement
+    searched = pol._last  # type: ignore[attr-defined]
+
+    def running(now: float, placement: tuple[tuple[str, int], ...]) -> ClusterSnapshot:
+        alloc = Allocation(placement=placement, batch_size=(given.batch_size or 0) + 8)  # re-optimised in place
+        view = JobView(spec, JobPhase.RUNNING, alloc, updated_at=now, start_time=60.0, batch_size=alloc.batch_size,
+                       model=app)
+        return ClusterSnapshot(now, nodes, {"a": view})
+
+    now = 60.0 + app.restart_cost + 60.0  # past its restart: measured where it was put
+    pol.schedule(running(now, given.placement), ctx)
+    assert pol._last is searched  # type: ignore[attr-defined]
+    other = next(n.node_id for n in nodes if n.node_id != given.placement[0][0])
+    pol.schedule(running(now + 60.0, ((other, 1),)), ctx)
+    assert pol._last is not searched  # type: ignore[attr-defined]

@@ -74,9 +74,11 @@ def job_inputs(job: JobView) -> tuple[Any, ...]:
     return job.allocation, job.batch_size, job.epoch, job.num_restarts, job.grad_stats, job.model, job.spec
 
 
-def job_structure(job: JobView) -> tuple[Any, ...]:
-    """What a quiet round requires unchanged since the last search (`PolluxPolicy._quiet`)."""
-    return job.allocation, job.num_restarts, job.spec, job.model
+def job_structure(job: JobView, placement: tuple[tuple[str, int], ...] | None = None) -> tuple[Any, ...]:
+    """What a quiet round requires unchanged since the last search decided (`PolluxPolicy._quiet`): the job's
+    GPUs (`placement`: those decided for it; default its own), not its batch (re-optimised in place every
+    round), its spec and model."""
+    return job.allocation.placement if placement is None else placement, job.spec, job.model
 
 
 def same_signature(a: tuple[Any, ...], b: tuple[Any, ...] | None) -> bool:

@@ -35,8 +35,10 @@ jobs that changed, tables and batch sizes for all of them at once (`policies/pol
 left unfitted keeps its previous fit for the round), the search stops at the budget with the best state
 found so far (`policies/pollux/nsga.py`). A budget that binds makes a run depend on the machine's speed.
 `quiet_s` (ours, default None = off) lets a round skip the search when nothing structural changed since the
-last one (no job arrived, left, moved or restarted; everything measured and fitted) for up to `quiet_s`
-seconds; such a round only re-optimises running jobs' batches in place. Both are for traces too long to
+last one decided (no job arrived or left, every job on the GPUs it was given; everything measured and fitted)
+for up to `quiet_s` seconds; such a round only re-optimises running jobs' batches in place. Reading: a batch
+changed in place is not a change, and a job restarted on the same GPUs is none either (its restart factor is
+read at the next search, at most `quiet_s` later). Both are for traces too long to
 search every minute (docs/scale.md); the reproductions run without them. On clusters of more than
 `narrow_above` nodes (default 64) the search leaves out identical empty nodes no state can use
 (`policies/pollux/search_space.py`: the same optimum, other random draws).
@@ -189,9 +191,9 @@ class PolluxPolicy(Policy):
 
     def _quiet(self, snap: ClusterSnapshot) -> bool:
         """With `quiet_s`: whether this round may skip the search — nothing structural changed since the last
-        search (the same nodes and jobs, each with the same allocation, restarts and spec; everything measured
-        and fitted), and that search is younger than `quiet_s`. Epochs still move gradient statistics: a quiet
-        round re-optimises batches in place (`_in_place`)."""
+        search decided (the same nodes and jobs, each on the GPUs that search gave it, with the same spec;
+        everything measured and fitted), and that search is younger than `quiet_s`. Epochs still move gradient
+        statistics: a quiet round re-optimises batches in place (`_in_place`), which is not a change."""
         last = self._last
         if self.quiet_s is None or last is None or snap.now - last[0] >= self.quiet_s or snap.nodes is not last[1] \
                 or len(snap.jobs) != len(last[2]) or self.beliefs.deferred:
@@ -261,7 +263,6 @@ class PolluxPolicy(Policy):
         states, values = search(problem, init, ctx.rng, self.pop_size, self.generations, patience=self.patience,
                                 budget_s=left, stats=stats)
         self._prev = (states, ids, node_ids)
-        self._last = (snap.now, snap.nodes, {j.job_id: job_structure(j) for j in jobs})
         best = take(states, np.array([int(np.argmin(values[:, 0]))]))
         if kept is not None:
             best.node = kept.keep[best.node]  # back onto the real nodes
@@ -269,7 +270,10 @@ class PolluxPolicy(Policy):
             real, self._vrows = devirtualise(to_dense(best, len(ids), len(node_ids))[0], ids, node_ids, owner, ntype,
                                              real_ids)
             best = from_dense(real[None])
-        return self._decision(snap, jobs, best, real_base, real_ids, apps, fns)
+        decision = self._decision(snap, jobs, best, real_base, real_ids, apps, fns)
+        given = {jid: a.placement for jid, a in decision.allocations.items()}  # what a quiet round compares with
+        self._last = (snap.now, snap.nodes, {j.job_id: job_structure(j, given.get(j.job_id, ())) for j in jobs})
+        return decision
 
     def _search_nodes(self, snap: ClusterSnapshot) -> tuple[list[str], dict[str, str], np.ndarray, dict[str, str], int]:
         """The nodes the search runs over (real ones, or virtual ones when `unaware`): (ids, real node of each
