@@ -162,26 +162,44 @@ def test_quiet_rounds_keep_every_allocation_until_something_changes(models: obje
 
 
 def test_a_round_after_a_search_is_quiet_while_every_job_is_where_it_was_put(models: object) -> None:
-    """The last search's own moves and in-place batch changes are not news; a job elsewhere is."""
+    """The last search's own moves and in-place batch changes are not news; a job elsewhere is. (A job without a
+    model: nothing to measure or fit, so only where it runs can make a round search.)"""
     nodes = parse_cluster("2x1:t4")
-    app = models.app("cifar10")  # type: ignore[attr-defined]
-    spec = JobSpec("a", 0.0, "cifar10", 1, 128)
+    spec = JobSpec("a", 0.0, "custom", 1, 128)
     pol = make_policy("pollux", pop_size=20, generations=5, quiet_s=600.0)
     ctx = PolicyContext(perf=models, rng=np.random.default_rng(0))  # type: ignore[arg-type]
-    pending = JobView(spec, JobPhase.PENDING, Allocation(), updated_at=60.0, model=app)
+    pending = JobView(spec, JobPhase.PENDING, Allocation(), updated_at=60.0)
     given = pol.schedule(ClusterSnapshot(60.0, nodes, {"a": pending}), ctx).allocations["a"]
     assert given.placement
     searched = pol._last  # type: ignore[attr-defined]
 
     def running(now: float, placement: tuple[tuple[str, int], ...]) -> ClusterSnapshot:
-        alloc = Allocation(placement=placement, batch_size=(given.batch_size or 0) + 8)  # re-optimised in place
-        view = JobView(spec, JobPhase.RUNNING, alloc, updated_at=now, start_time=60.0, batch_size=alloc.batch_size,
-                       model=app)
+        alloc = Allocation(placement=placement, batch_size=256)  # its batch changed in place
+        view = JobView(spec, JobPhase.RUNNING, alloc, updated_at=now, start_time=60.0, batch_size=256)
         return ClusterSnapshot(now, nodes, {"a": view})
 
-    now = 60.0 + app.restart_cost + 60.0  # past its restart: measured where it was put
-    pol.schedule(running(now, given.placement), ctx)
+    pol.schedule(running(120.0, given.placement), ctx)
     assert pol._last is searched  # type: ignore[attr-defined]
     other = next(n.node_id for n in nodes if n.node_id != given.placement[0][0])
-    pol.schedule(running(now + 60.0, ((other, 1),)), ctx)
+    pol.schedule(running(180.0, ((other, 1),)), ctx)
+    assert pol._last is not searched  # type: ignore[attr-defined]
+
+
+def test_a_new_measurement_ends_the_quiet(models: object) -> None:
+    nodes = parse_cluster("1x1:t4")
+    app = models.app("cifar10")  # type: ignore[attr-defined]
+    spec = JobSpec("a", 0.0, "cifar10", 1, 128)
+    pol = make_policy("pollux", pop_size=20, generations=5, quiet_s=600.0)
+    ctx = PolicyContext(perf=models, rng=np.random.default_rng(0))  # type: ignore[arg-type]
+
+    def running(now: float, batch: int) -> ClusterSnapshot:
+        view = JobView(spec, JobPhase.RUNNING, Allocation(placement=(("t4-0", 1),), batch_size=batch),
+                       updated_at=now, start_time=0.0, batch_size=batch, model=app)
+        return ClusterSnapshot(now, nodes, {"a": view})
+
+    pol.schedule(running(600.0, 128), ctx)  # measured at batch 128, then searched
+    searched = pol._last  # type: ignore[attr-defined]
+    pol.schedule(running(660.0, 128), ctx)
+    assert pol._last is searched  # type: ignore[attr-defined]  # nothing new
+    pol.schedule(running(720.0, 64), ctx)  # the same GPU at another batch: a new observation to fit
     assert pol._last is not searched  # type: ignore[attr-defined]

@@ -204,7 +204,8 @@ class PolluxPolicy(Policy):
             if b is None or had is None:
                 return False
             measured = b.observed or b.app is None or not job.allocation.placement
-            if not measured or b.want_key is not b.fit_key or not same_signature(job_structure(job), had):
+            fitted = self.beliefs.sync_obs(jid, b.app).want_key is b.fit_key  # a new observation wants a fit
+            if not measured or not fitted or not same_signature(job_structure(job), had):
                 return False
         return True
 
