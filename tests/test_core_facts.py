@@ -7,12 +7,13 @@ import json
 from elastisched.backends.base import OUTCOMES
 from elastisched.core.cluster import parse_cluster
 from elastisched.core.enums import Cause, ChangeKind, GenerationOutcome, GenerationState, LoanState
-from elastisched.core.nodes import node_set
+from elastisched.core.nodes import _SETS, node_set
 from elastisched.core.types import Allocation, ClusterSnapshot, canonical_placement, same_gpus
 from elastisched.engine.jobstate import change_kind
 
 
 def test_node_set_is_built_once_per_tuple_and_holds_every_fact() -> None:
+    _SETS.clear()  # (the cache keeps a few dozen recent sets: earlier tests must not make it drop this one)
     nodes = parse_cluster("2x4:t4,1x8:a100")
     ns = node_set(nodes)
     assert node_set(nodes) is ns  # found again by the tuple's identity

@@ -3,6 +3,7 @@ no job pending decides nothing, and every output is what the consulted rounds ga
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 from elastisched.core.cluster import parse_cluster
@@ -12,6 +13,7 @@ from elastisched.policies.base import PolicyContext
 from elastisched.policies.fifo import FifoPolicy
 from elastisched.sim import SimConfig, Simulator
 from elastisched.workloads import load_workload
+from elastisched.workloads.schema import Workload
 
 
 class _AlwaysAsked(FifoPolicy):
@@ -55,3 +57,29 @@ def test_conformance_catches_a_broken_promise(models: PerfModels) -> None:
     assert not conformance(FifoPolicy, models)
     failures = conformance(_Liar, models)
     assert any(f.invariant.startswith("idle_without_pending") for f in failures)
+
+
+class _NeverBlocked(FifoPolicy):
+    idle_while_blocked: ClassVar[bool] = False
+
+
+def test_rounds_skipped_behind_a_blocked_head_change_no_output(models: PerfModels) -> None:
+    """`Policy.idle_while_blocked`: behind a job waiting for GPUs, FIFO is not asked again until GPUs are freed;
+    Philly arrivals packed 20x closer on a small cluster keep a queue, with jobs of many sizes, failures (a
+    pending and a running job end) and an admin resize among them: the same jobs, timeline and round count as a
+    run that asks it every time, with many rounds skipped for the promise."""
+    wl = load_workload("philly:sample=400,seed=5", models)
+    wl = Workload(wl.name, tuple(dataclasses.replace(j, submit_time=j.submit_time / 20) for j in wl.jobs),
+                  wl.source, wl.digest)
+    ids = [j.job_id for j in wl.jobs]
+    scripted = {"failures": ((wl.jobs[50].submit_time + 1.0, ids[50]), (wl.jobs[120].submit_time + 600.0, ids[120])),
+                "admin_resizes": ((wl.jobs[200].submit_time + 5.0, ids[200], 1),)}
+    runs = {}
+    for name, pol in (("asked", _NeverBlocked()), ("skipping", FifoPolicy())):
+        sim = Simulator(wl, pol, parse_cluster("4x4:t4"), models, SimConfig(seed=5, **scripted))  # type: ignore[arg-type]
+        runs[name] = (sim, sim.run())
+    (asked, r1), (skipping, r2) = runs["asked"], runs["skipping"]
+    assert r1.job_rows.to_csv() == r2.job_rows.to_csv()
+    assert r1.timeline_rows.to_csv() == r2.timeline_rows.to_csv()
+    assert r1.summary["rounds"] == r2.summary["rounds"]
+    assert skipping.rounds_skipped > asked.rounds_skipped + r1.summary["rounds"] // 10

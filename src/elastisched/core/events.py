@@ -8,6 +8,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from elastisched.core.enums import Cause
+from elastisched.core.frozen import quick_init
 from elastisched.core.types import Allocation, JobId, JobSpec
 
 
@@ -53,6 +54,7 @@ class LaunchSpec:
     user: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Action:
     """One change the engine wants. A live body fills `launch` for LAUNCH and RESIZE before a backend acts;

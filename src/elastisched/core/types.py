@@ -14,6 +14,7 @@ from itertools import chain
 from types import MappingProxyType
 from typing import Any
 
+from elastisched.core.frozen import quick_init
 from elastisched.core.nodes import NodeSet, node_set
 
 JobId = str
@@ -98,6 +99,7 @@ class JobSpec:
         return alloc.batch_size or self.batch_size
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """Desired state of one job.
@@ -160,6 +162,7 @@ class NodeView:
     index: int = 0  # stable order of the node in the cluster; the placer breaks ties by it
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class JobView:
     """A job as the engine sees it now. Engine-owned statistics live here, not in policies.
@@ -218,6 +221,7 @@ class JobView:
         return max(0.0, 1.0 - self.progress / self.total_work) if self.total_work > 0 else 0.0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """Everything a policy may look at in one round.
@@ -266,8 +270,9 @@ class ClusterSnapshot:
 
     def free_by_type(self) -> dict[str, int]:
         """Free GPUs per type now (a fresh dict the caller may modify)."""
-        if self.free is not None:
-            return dict(self.free)
+        free = self.free
+        if free is not None:  # (a read-only proxy's `copy` copies the dict under it, at a fifth of `dict(proxy)`)
+            return free.copy() if type(free) is MappingProxyType else dict(free)  # type: ignore[attr-defined]
         out = dict(self.node_set.capacity)
         types = self.node_set.gpu_type
         for j in self.running_jobs().values():
@@ -343,6 +348,7 @@ class KeptAllocations(Mapping[JobId, Allocation]):
         return f"KeptAllocations({dict(self)!r})"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What a policy wants. `allocations` covers every job it runs; an absent job gets 0 GPUs.

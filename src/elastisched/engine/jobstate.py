@@ -28,6 +28,7 @@ import numpy as np
 
 from elastisched.core.enums import ChangeKind
 from elastisched.core.types import NO_ALLOCATION, Allocation, JobPhase, JobSpec, JobView
+from elastisched.engine.epochs import Bounds, scaled_bounds, whole_run
 from elastisched.models.application import Application, BatchConfig
 from elastisched.models.iidp.pollux import iidp_iteration_time
 
@@ -86,14 +87,20 @@ def allocation_rates(app: Application, gpu_type: str, shape: tuple[int, ...], cf
     return app.data_parallel_rates(gpu_type, shape, cfg)
 
 
-def new_state(spec: JobSpec, app: Application | None, now: float) -> JobState:
-    """The state of a job that has just arrived (progress bounds scaled by its `work_scale`)."""
+def new_state(spec: JobSpec, app: Application | None, now: float,
+              shared: dict[tuple[str, float], Bounds] | None = None) -> JobState:
+    """The state of a job that has just arrived (progress bounds scaled by its `work_scale`). `shared`: bounds
+    already made for the same application and scale, read-only and shared by such jobs (a long trace repeats
+    its jobs' lengths: a million-job replay has some 30,000 distinct ones); what is made here is added to it."""
     # Python floats (the same products as numpy's, element by element): `advance` does scalar arithmetic on them
     if app is None:
         return JobState(spec, app, [0.0, 1.0], updated=now)
-    arr = app.epoch_end * spec.work_scale
-    bounds = arr.tolist()
-    return JobState(spec, app, bounds, updated=now, declared=bounds[-1], _bounds_np=arr)
+    if shared is None:
+        arr = app.epoch_end * spec.work_scale
+        bounds = arr.tolist()
+        return JobState(spec, app, bounds, updated=now, declared=bounds[-1], _bounds_np=arr)
+    bounds, arr, work = scaled_bounds(app.epoch_end, spec.application, spec.work_scale, shared)
+    return JobState(spec, app, bounds, updated=now, declared=bounds[-1], _bounds_np=arr, _epoch_work=work)
 
 
 @dataclass(slots=True, eq=False)
@@ -339,6 +346,8 @@ class JobState:
             rates = self.rates
             assert rates is not None
         if self.progress == self.bounds[e]:  # at an epoch's start (a fresh job): each epoch's whole work
+            if e == 0 and len(rates) == last and not rates.flags.writeable:  # (a memoised rate table)
+                return now + whole_run(self.epoch_work, rates)
             work = self.epoch_work if e == 0 else self.epoch_work[e:]
         else:
             b = self.bounds_arr

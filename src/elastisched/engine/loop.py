@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from elastisched.core.events import Action, ActionKind
+from elastisched.core.frozen import quick_init
 from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId, JobSpec
 from elastisched.engine.invariants import check
 from elastisched.engine.overrides import Reclaim, choose_returned, vacate
@@ -26,6 +27,7 @@ from elastisched.engine.placer import Changes, place_changes
 from elastisched.policies.base import Policy, PolicyContext
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class RoundResult:
     decision: Decision
@@ -50,8 +52,8 @@ def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation], changes: Cha
         return ()  # every job keeps what it holds
     actions: list[Action] = []
     jobs = snap.jobs
-    items = allocs.items() if changes is None else ((jid, allocs[jid]) for jid in changes.changed)
-    for jid, a in items:
+    ch = changes.changed if changes is not None else ()
+    for jid, a in allocs.items() if changes is None else zip(ch, map(allocs.__getitem__, ch), strict=True):
         cur = jobs[jid].allocation
         if a is cur:
             continue
@@ -60,8 +62,8 @@ def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation], changes: Cha
         elif not same_allocation(cur, a):
             actions.append(Action(ActionKind.RESIZE, jid, a, cur))
     running = snap.running_jobs()
-    stopping = running.items() if changes is None else ((jid, running[jid]) for jid in changes.released)
-    for jid, job in stopping:
+    for jid in running if changes is None else changes.released:
+        job = running[jid]
         if job.allocation.placement and jid not in allocs:
             actions.append(Action(ActionKind.SUSPEND, jid, NO_ALLOCATION, job.allocation))
     return tuple(actions)
@@ -99,7 +101,10 @@ class Engine:
         latency = time.perf_counter() - t0
         placed, free, changes = place_changes(decision.allocations, snap)
         if self.check_invariants and (free is not None or changes is None):  # (None: nothing changed to check)
-            check(placed, snap, self.policy.elastic, free, None if changes is None else changes.changed)
+            if changes is None:
+                check(placed, snap, self.policy.elastic, free)
+            else:
+                check(placed, snap, self.policy.elastic, free, changes.changed, changes.filled)
         actions = diff(snap, placed, changes)
         if snap.reclaim_demand <= 0:
             return RoundResult(decision, placed, actions, latency)

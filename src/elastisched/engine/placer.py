@@ -101,7 +101,9 @@ def _place_kept(allocs: KeptAllocations, snap: ClusterSnapshot, idx: NodeIndex
         if a is not None:
             added[jid] = a
             changes.changed.append(jid)
-    changes.changed.extend(jid for jid, _ in todo)
+    for jid, _ in todo:
+        changes.changed.append(jid)
+    changes.filled = len(todo)
     _fill(todo, snap, idx, free, added)
     return KeptAllocations(allocs.running, added, allocs.released), free, changes
 
@@ -129,7 +131,9 @@ def _place_incremental(allocs: Mapping[JobId, Allocation], snap: ClusterSnapshot
         if a is not None:
             out[jid] = a
             changes.changed.append(jid)
-    changes.changed.extend(jid for jid, _ in todo)
+    for jid, _ in todo:
+        changes.changed.append(jid)
+    changes.filled = len(todo)
     running = snap.running_jobs()
     if kept < len(running):  # some running job changes or stops (kept ones are running ones): release
         pos = idx.pos        # what it holds now (GPU counts add up in any order before `_fill`)
@@ -169,6 +173,7 @@ class Changes:
 
     changed: list[JobId]
     released: list[JobId]
+    filled: int = 0  # the last `filled` of `changed` were placed by `_fill` (open allocations)
 
 
 def _fixed(jid: JobId, a: Allocation, job: JobView | None, idx: NodeIndex, todo: list[tuple[JobId, Allocation]],

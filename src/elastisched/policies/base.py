@@ -68,6 +68,12 @@ class Policy:
     #: job keeps its allocation, no reasons, no hint, and the policy's state does not change (FIFO). A body may
     #: then skip consulting it (the simulator still counts the round and records its timeline row)
     idle_without_pending: ClassVar[bool] = False
+    #: True if a job left waiting for RESOURCES blocks every job behind it, and a round decides from the pending
+    #: jobs in submission order, the free GPUs per type and the node set alone, with no state of its own (FIFO):
+    #: after a round that left a job waiting for RESOURCES and started nothing else than launches, a round whose
+    #: only news are arrivals (no GPU freed, no job ended or stopped, the same nodes, no server to return) walks to
+    #: the same job, which fits no better, and decides nothing new. A body may then skip consulting it (as above)
+    idle_while_blocked: ClassVar[bool] = False
     #: True if a batch-size change on an unchanged placement happens inside the running job, between steps, as
     #: AdaptDL's adaptive batch size does: the simulator then charges `SimConfig.reconfigure_cost` (default 0)
     #: instead of a restart (Pollux)

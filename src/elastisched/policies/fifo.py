@@ -23,6 +23,7 @@ class FifoPolicy(Policy):
     interval = None
     needs_progress = False
     idle_without_pending = True  # nothing pending: every running job keeps its GPUs, nothing to say
+    idle_while_blocked = True  # a blocked head blocks the arrivals behind it until GPUs are freed
 
     def __init__(self) -> None:
         self._fit_for: tuple[NodeView, ...] | None = None  # node set that `_fit` was computed for

@@ -36,12 +36,14 @@ from elastisched.core.clock import SimClock
 from elastisched.core.events import ActionKind
 from elastisched.core.nodes import node_set
 from elastisched.core.types import NO_ALLOCATION, ClusterSnapshot, JobId, JobView, NodeView, Pool
+from elastisched.engine.epochs import Bounds
 from elastisched.engine.jobstate import INF, JobState, new_state
 from elastisched.engine.loop import Engine, RoundResult
 from elastisched.engine.overrides import admin_resize, pin
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
 from elastisched.sim.config import SimConfig
+from elastisched.sim.idle import idle_round, left_blocked
 from elastisched.sim.metrics import JobRows, SimResult, collect, servers_per_type, timeline_table
 from elastisched.sim.timing import ARRIVAL, EventQueue, in_submission_order, next_round
 from elastisched.sim.usage import ClusterUsage
@@ -80,6 +82,7 @@ class Simulator:
         self.timeline = timeline_table()  # (t, busy GPUs, total GPUs, loaned servers) after each round
         self.latencies = array("d")  # the policy's decision time per round it was consulted in
         self.rounds_skipped = 0  # rounds it was not consulted in, having promised they decide nothing
+        self._blocked = False  # only arrivals since a round that left a job blocked (`Policy.idle_while_blocked`)
         self.reclaim_demand = 0
         self.reclaims: list[dict[str, Any]] = []
         self.events = 0
@@ -93,6 +96,7 @@ class Simulator:
         self.stale: set[JobId] = set()
         self._arrived: list[JobId] = []  # jobs that arrived since the last snapshot (its `changed`, with the stale)
         self._serial = 0  # snapshots made
+        self._bounds: dict[tuple[str, float], Bounds] = {}  # epoch bounds per (application, scale), shared
         # read-only views of the dicts above, made once: (jobs, running, the free-GPU dict they show, its view)
         self._proxies = (MappingProxyType(self.views), MappingProxyType(self.running_views), None,
                          MappingProxyType({}))
@@ -110,13 +114,14 @@ class Simulator:
         """The cluster's nodes now (training nodes, then the servers on loan) and their one `NodeSet`."""
         self.nodes = nodes
         self.node_set = node_set(nodes)
+        self._blocked = False
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any) -> None:
         self.queue.push(t, kind, payload)
 
     def _arrive(self, spec: Any) -> None:
-        job = new_state(spec, self.models.app(spec.application), now := self.now)
+        job = new_state(spec, self.models.app(spec.application), now := self.now, self._bounds)
         if not self.cfg.length_estimate.is_exact:
             job.declared = self.cfg.length_estimate.declared(job.total, spec.job_id, self.cfg.seed)
         self.jobs[spec.job_id] = job
@@ -126,6 +131,7 @@ class Simulator:
         self.engine.submitted(spec, now)
 
     def _complete(self, job: SimJob, failed: bool = False) -> None:
+        self._blocked = False
         job.advance(now := self.now, finishing=not failed)
         if not failed:
             job.progress = job.total
@@ -167,9 +173,10 @@ class Simulator:
             for jid, job in self.running.items():
                 job.advance(now)
                 self.stale.add(jid)
-        changed = [jid for jid in self._arrived if jid in jobs]  # (a failure may end a job before a round)
+        arrived, stale = self._arrived, self.stale
+        changed = [jid for jid in arrived if jid in jobs] if arrived else []  # (a failure may end a job before)
         views, running, pending = self.views, self.running_views, self.pending_views
-        for jid in sorted(self.stale):  # sorted: set order would depend on PYTHONHASHSEED
+        for jid in sorted(stale) if len(stale) > 1 else stale:  # sorted: set order would depend on PYTHONHASHSEED
             job = jobs.get(jid)
             if job is None:
                 continue
@@ -250,6 +257,7 @@ class Simulator:
         job = self.jobs.get(jid)
         if job is None:
             return
+        self._blocked = False
         job.spec = pin(job.spec, gpus)
         job.view = None
         self.stale.add(jid)
@@ -258,20 +266,10 @@ class Simulator:
             job.advance(self.now)
             self._apply_allocation(job, act.allocation)
 
-    def _idle_round(self) -> bool:
-        """Whether the policy promised that this round decides nothing (`Policy.idle_without_pending`): no job
-        waits for GPUs (arrived, stopped, or pending still), no server is to be returned, no callback wants the
-        round's snapshot, and the policy reads no progress (a snapshot would advance the running jobs)."""
-        policy = self.policy
-        if (not policy.idle_without_pending or policy.needs_progress or self._arrived or self.reclaim_demand > 0
-                or self.cfg.on_round is not None):
-            return False
-        jobs = self.jobs  # (the pending views hold the jobs launched since the last snapshot too: running ones)
-        return all(jobs[j].allocation.gpus for j in self.pending_views) and all(
-            jobs[j].allocation.gpus for j in self.stale)
-
     def _round(self) -> float | None:
-        if self._idle_round():
+        if (self._blocked and self.reclaim_demand <= 0) or idle_round(
+                self.policy, self.cfg, self.reclaim_demand, self._blocked, self._arrived, self.jobs,
+                (self.pending_views, self.stale)):
             self.rounds_skipped += 1
             self.timeline.append((self.now, self.busy, self.node_set.total_gpus, len(self.active_loans)))
             return None
@@ -304,6 +302,7 @@ class Simulator:
                     self._apply_allocation(job, NO_ALLOCATION)
                 continue
             self._apply_allocation(job, act.allocation)
+        self._blocked = not returned and left_blocked(self.policy, self.cfg, res)
         self.timeline.append((now, self.busy, self.node_set.total_gpus, len(self.active_loans)))
         return res.decision.next_round_at
 
@@ -346,7 +345,7 @@ class Simulator:
         k, n_arrivals = 0, len(arrivals)
         t_arrival = arrivals[0].submit_time if n_arrivals else INF
         interval, max_time = self.policy.interval, self.cfg.max_time
-        advance, arrive = self.clock.advance_to, self._arrive
+        advance, arrive, complete, progress = self.clock.advance_to, self._arrive, self._complete, self.cfg.progress
         pending_round = INF
         last_report = 0.0
         while k < n_arrivals or times or pending_round < INF:
@@ -369,7 +368,9 @@ class Simulator:
                         continue  # stale: the job's allocation changed since this completion was predicted
                     self.events += 1
                     advance(t)
-                    if self._handle(kind, payload):
+                    if kind == COMPLETION:  # (the common event, without `_handle`)
+                        complete(payload[0])
+                    elif self._handle(kind, payload):
                         pending_round = t  # decide now, on or off the tick grid
                         continue
                 # next tick; an event within float noise after a tick is handled at its own time
@@ -384,11 +385,13 @@ class Simulator:
             if not self.running and not times and k >= n_arrivals and self.jobs:
                 self.stalled = sorted(self.jobs)  # nothing runs and nothing will happen: jobs can never fit
                 break
-            pending_round = next_round(pending_round, interval if self.jobs else None, hint)
-            if self.cfg.progress is not None and time.perf_counter() - last_report > 0.2:
+            pending_round = INF if interval is None else next_round(pending_round, interval if self.jobs else None,
+                                                                    hint)
+            if progress is not None and time.perf_counter() - last_report > 0.2:
                 last_report = time.perf_counter()
-                self.cfg.progress(self.now, self.finished, len(self.workload.jobs))
+                progress(self.now, self.finished, len(self.workload.jobs))
         for job in list(self.running.values()):
             job.advance(self.now)
         self.rows.flush()
         return collect(self, time.perf_counter() - wall0)
+

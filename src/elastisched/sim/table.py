@@ -17,6 +17,7 @@ import io
 import math
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -100,24 +101,61 @@ class Table:
         self._strings: list[list[Any]] = [[] for _ in self._text]
         self._integral = tuple(range(len(self._nums)))  # numeric columns (by position among them) all ints so far
         self.rows = 0
+        self._pending: list[Sequence[float | int | None]] = []  # rows appended, not yet in the columns
+        self._pending_text: list[Sequence[Any]] = []  # their text cells
 
     def append(self, numbers: Sequence[float | int | None], text: Sequence[Any] = ()) -> None:
-        """One row: its numeric cells in `numeric` order, its text cells in `text` order."""
-        if self._integral:  # (after the first rows, only the columns that really hold ints are looked at)
-            for i in self._integral:
-                v = numbers[i]
-                if type(v) is not int or not -_EXACT <= v <= _EXACT:
-                    self._integral = tuple(i for i in self._integral if _is_int(numbers[i]))
-                    break
+        """One row: its numeric cells in `numeric` order, its text cells in `text` order. Rows wait in a short
+        list and join the columns a chunk at a time (`_flush`, before anything reads them): one conversion per
+        chunk instead of one per row, which a replay's millions of rows made a cost of its own."""
+        self._pending.append(numbers)
+        if self._strings:
+            self._pending_text.append(text)
+        elif text:
+            raise ValueError(f"a table without text columns got text cells {text!r}")
+        self.rows += 1
+        if len(self._pending) >= _CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Move the waiting rows into the columns, as appending them one by one would (`_append_row`)."""
+        rows, texts = self._pending, self._pending_text
+        if not rows:
+            return
+        self._pending, self._pending_text = [], []
+        k, m = len(self._nums), len(self._strings)
+        flat = list(chain.from_iterable(rows))
+        if len(flat) != k * len(rows) or (m and set(map(len, texts)) != {m}):
+            for r, numbers in enumerate(rows):  # (a row of another length: each as it came, to fail as it did)
+                self._append_row(numbers, texts[r] if m else ())
+            return
+        for i in self._integral:  # a column stays integral while every value is an exact int
+            col = flat[i::k]
+            if set(map(type, col)) != {int} or min(col) < -_EXACT or max(col) > _EXACT:
+                self._integral = tuple(i for i in self._integral if all(map(_is_int, flat[i::k])))
+                break
+        try:  # (`fromlist` appends all or nothing)
+            self._values.fromlist(flat)
+        except TypeError:  # a missing value (None) somewhere: row by row, as they came
+            for numbers in rows:
+                self._append_values(numbers)
+        for column, values in zip(self._strings, zip(*texts, strict=True), strict=True) if m else ():
+            column.extend(values)
+
+    def _append_row(self, numbers: Sequence[float | int | None], text: Sequence[Any]) -> None:
+        """One row into the columns (the rows before it are there already)."""
+        if self._integral:
+            self._integral = tuple(i for i in self._integral if _is_int(numbers[i]))
+        self._append_values(numbers)
+        for column, v in zip(self._strings, text, strict=True):
+            column.append(v)
+
+    def _append_values(self, numbers: Sequence[float | int | None]) -> None:
         row = list(numbers)
         try:  # (`fromlist` appends all or nothing: `extend` would leave the cells before a bad one appended)
             self._values.fromlist(row)
         except TypeError:  # a missing value (None): NaN; anything else is not a number
             self._values.fromlist([math.nan if v is None else _number(v) for v in row])
-        if text or self._strings:  # (a table of numbers alone, the timeline: one row per round)
-            for column, v in zip(self._strings, text, strict=True):
-                column.append(v)
-        self.rows += 1
 
     def __len__(self) -> int:
         return self.rows
@@ -128,17 +166,20 @@ class Table:
 
     def numbers(self, name: str) -> np.ndarray:
         """A numeric column as float64, rows as appended."""
+        self._flush()
         k = len(self._nums)
         return np.frombuffer(self._values, dtype=float)[self._nums.index(self.columns.index(name))::k].copy() \
             if self.rows else np.zeros(0)
 
     def texts(self, name: str) -> list[Any]:
         """A text column, rows as appended (the table's own list: do not modify)."""
+        self._flush()
         return self._strings[self._text.index(self.columns.index(name))]
 
     def patch(self, rows: Sequence[int], values: Mapping[str, np.ndarray]) -> None:
         """Overwrite cells of float columns (figures known only after their rows were appended): column name ->
         its values at `rows`."""
+        self._flush()
         k = len(self._nums)
         grid = np.frombuffer(self._values, dtype=float).reshape(self.rows, k)  # a view: the array is written
         idx = np.asarray(rows, dtype=np.int64)
@@ -151,6 +192,7 @@ class Table:
 
     def freeze(self, order: Sequence[int] | np.ndarray | None = None) -> Columns:
         """The columns, their rows in `order` (default: as appended)."""
+        self._flush()
         k = len(self._nums)
         grid = np.frombuffer(self._values, dtype=float).reshape(self.rows, k) if self.rows else np.zeros((0, k))
         idx = np.arange(self.rows) if order is None else np.asarray(order, dtype=np.int64)
@@ -165,6 +207,7 @@ class Table:
 
 
 _EXACT = 2**53  # ints up to this are stored exactly as float64
+_CHUNK = 4096  # rows a `Table` converts at once
 
 
 def _is_int(v: Any) -> bool:
