@@ -267,9 +267,8 @@ class Simulator:
             self._apply_allocation(job, act.allocation)
 
     def _round(self) -> float | None:
-        if (self._blocked and self.reclaim_demand <= 0) or idle_round(
-                self.policy, self.cfg, self.reclaim_demand, self._blocked, self._arrived, self.jobs,
-                (self.pending_views, self.stale)):
+        if idle_round(self.policy, self.cfg, self.reclaim_demand, self._blocked, self._arrived, self.jobs,
+                      (self.pending_views, self.stale)):
             self.rounds_skipped += 1
             self.timeline.append((self.now, self.busy, self.node_set.total_gpus, len(self.active_loans)))
             return None
@@ -394,4 +393,3 @@ class Simulator:
             job.advance(self.now)
         self.rows.flush()
         return collect(self, time.perf_counter() - wall0)
-

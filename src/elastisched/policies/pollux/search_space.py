@@ -54,13 +54,16 @@ def kept_nodes(base: Population, caps: np.ndarray, node_class: np.ndarray, allow
         return KeptNodes(np.arange(n), group, np.full((0, 1), -1, dtype=np.intp))
     key = node_class[empty].astype(np.int64) * (int(caps.max()) + 1) + caps[empty]
     uniq, group[empty] = np.unique(key, return_inverse=True)
-    order = np.argsort(group[empty], kind="stable")  # empty nodes by group, cluster order within one
-    g = group[empty][order]
+    by_group = empty[np.argsort(group[empty], kind="stable")]  # empty nodes by group, cluster order within one
+    g = group[by_group]
     rank = np.arange(len(g)) - np.searchsorted(g, g)
-    wanted = rank < need[node_class[empty[order]]]
-    keep = np.flatnonzero(busy | np.isin(np.arange(n), empty[order][wanted]))
+    wanted = rank < need[node_class[by_group]]
+    kept_empty = by_group[wanted]
+    mask = busy.copy()
+    mask[kept_empty] = True
+    keep = np.flatnonzero(mask)
     slot = np.full((len(uniq), max(int(rank[wanted].max(initial=0)) + 1, 1)), -1, dtype=np.intp)
-    slot[g[wanted], rank[wanted]] = np.searchsorted(keep, empty[order][wanted])
+    slot[g[wanted], rank[wanted]] = np.searchsorted(keep, kept_empty)
     return KeptNodes(keep, group, slot)
 
 
