@@ -60,14 +60,8 @@ def test_kill9_restart_adopts_or_resumes_and_launches_nothing_twice(service_fact
     assert before["z"]["state"] == "PENDING"
 
     svc.kill9()
-    # While the service is down, an operator stops y's workers: they checkpoint and exit 0 on SIGTERM.
-    for pid, _ticks in before["y"]["generations"][-1]["pids"]:
-        os.kill(pid, signal.SIGTERM)
-    y_gen = before["y"]["generation"]
-    exit_file = tmp_path / "work" / "jobs" / ids["y"] / "run" / f"g{y_gen}-r0.exit"
-    wait_for(exit_file.exists, 30, "y checkpointed")
-    assert "SIGTERM" in exit_file.read_text(), f"y finished before it was stopped: {exit_file.read_text()!r}"
-    print(f"y: {len(_steps(tmp_path / 'y.jsonl'))} of {plan['y'][1] * N // BATCH} steps logged when stopped")
+    y_gen, exit_file = _stop_y_while_down(before["y"], tmp_path / "work" / "jobs" / ids["y"], tmp_path,
+                                          plan["y"][1] * N // BATCH)
     time.sleep(0.5)
     svc.start()  # same database, new port
 
@@ -88,6 +82,28 @@ def test_kill9_restart_adopts_or_resumes_and_launches_nothing_twice(service_fact
     # stopped by a signal the service did not send (it checkpointed): "interrupted", resumed from the checkpoint
     assert y["generations"][-1]["cause"] == "resume" and y["generations"][-2]["outcome"] == "interrupted"
 
+    _check_each_generation_once_and_steps_exact(svc, ids, plan)
+    assert len(svc.job(ids["x"])["generations"]) == 1  # adopted, never relaunched
+    resumed = [s for s in _steps(tmp_path / "y.jsonl") if s["gen"] == y_gen + 1]
+    assert resumed and resumed[0]["step"] > 1  # continued from the checkpoint, not from scratch
+
+
+def _stop_y_while_down(y: dict[str, Any], job_dir: Path, logs: Path, total: int) -> tuple[int, Path]:
+    """While the service is down, an operator stops y's workers: they checkpoint and exit 0 on SIGTERM.
+    Returns (y's generation then, its worker's exit file)."""
+    for pid, _ticks in y["generations"][-1]["pids"]:
+        os.kill(pid, signal.SIGTERM)
+    y_gen = y["generation"]
+    exit_file = job_dir / "run" / f"g{y_gen}-r0.exit"
+    wait_for(exit_file.exists, 30, "y checkpointed")
+    assert "SIGTERM" in exit_file.read_text(), f"y finished before it was stopped: {exit_file.read_text()!r}"
+    print(f"y: {len(_steps(logs / 'y.jsonl'))} of {total} steps logged when stopped")
+    return y_gen, exit_file
+
+
+def _check_each_generation_once_and_steps_exact(svc: Any, ids: dict[str, str], plan: dict[str, tuple[int, int]]
+                                                ) -> None:
+    """Every job ends SUCCEEDED, each generation launched once and never two alive, its steps exact."""
     done = wait_for(lambda: (js := svc.api("GET", "/v1/jobs").json()) and all(
         j["state"] in ("SUCCEEDED", "FAILED") for j in js) and js, 300, "all jobs to end")
     assert {j["name"]: j["state"] for j in done} == dict.fromkeys(ids, "SUCCEEDED")
@@ -99,6 +115,3 @@ def test_kill9_restart_adopts_or_resumes_and_launches_nothing_twice(service_fact
             assert prev["ended_at"] <= nxt["started_at"]  # never two live generations of one job
         finals = [ln for ln in svc.api("GET", f"/v1/jobs/{jid}/logs").text.splitlines() if ln.startswith('{"final')]
         assert len(finals) == 1 and json.loads(finals[0])["steps"] == plan[name][1] * N // BATCH, (name, finals)
-    assert len(svc.job(ids["x"])["generations"]) == 1  # adopted, never relaunched
-    resumed = [s for s in _steps(tmp_path / "y.jsonl") if s["gen"] == y_gen + 1]
-    assert resumed and resumed[0]["step"] > 1  # continued from the checkpoint, not from scratch

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +71,27 @@ def ray_cluster() -> Iterator[Any]:
     c.shutdown()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("policy", POLICIES)
-def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path: Path, policy: str, backend: str,
-                                                  request: pytest.FixtureRequest) -> None:
+@dataclass
+class _Run:
+    """One run of the six-job scenario: the service, the jobs submitted (name → id, epochs) and their logs."""
+
+    svc: ServiceProc
+    logs: Path
+    backend: str
+    modelled: bool
+    ids: dict[str, str] = field(default_factory=dict)
+    epochs: dict[str, int] = field(default_factory=dict)
+
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        return {j["name"]: j for j in self.svc.api("GET", "/v1/jobs").json()}
+
+    def steps(self, name: str) -> list[dict[str, Any]]:
+        return _steps(self.logs / f"{name}.jsonl")
+
+
+def _start_service(service_factory: Any, tmp_path: Path, policy: str, backend: str,
+                   request: pytest.FixtureRequest) -> tuple[_Run, Any]:
+    """The service on `backend` (Ray's module cluster or a real Slurm), started; (the run, the Slurm cluster)."""
     extra: tuple[str, ...] = ()
     address = ""
     if backend != "local" and policy in MODELLED:  # not a pass: said so in the report of issue 12's branch
@@ -83,6 +101,7 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
         address = request.getfixturevalue("ray_cluster").address
         extra = ("--backend", "ray", "--ray-address", address)
     env: dict[str, str] = {}
+    slurm = None
     if backend == "slurm":  # a real Slurm (tests/slurm_cluster.py): n1 t4×2 + n2 t4×1 train, n3 t4×2 loanable
         slurm = request.getfixturevalue("slurm_cluster")
         (tmp_path / "shared").mkdir()
@@ -98,6 +117,11 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
 
         request.addfinalizer(lambda: (svc.stop(), clean(address)))
     svc.start()
+    return _Run(svc, tmp_path, backend, modelled), slurm
+
+
+def _submit_plan(run: _Run, policy: str) -> None:
+    """Submit the jobs: more slots asked than the cluster has, so some queue."""
     elastic = policy in ("lyra", "pollux", "sia")
     # d, e and f are the ones that can land on the loan: long enough (~10 s alone on a quiet machine) that the one
     # on it is still training when the reclaim reaches it (at 12-30 epochs, ~1-4 s, one finished first on CI).
@@ -105,85 +129,101 @@ def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path
     # two calls and a round later) on a machine several times faster (at 40 epochs, ~2 s of two workers here)
     plan = [("a", "2", 120), ("b", "1:2" if elastic else "1", 30), ("c", "1", 12), ("d", "1", 90), ("e", "1", 90),
             ("f", "1", 90)]
-    if modelled:  # reduced plan: one-worker jobs (pollux starts every job on one GPU; one worker runs ~10x the
+    if run.modelled:  # reduced plan: one-worker jobs (pollux starts every job on one GPU; one worker runs ~10x the
         # steps/s of two on these cores, hence more epochs), no admin resize (fifo and lyra cover it)
         plan = [("a", "1", 150), ("b", "1:2" if elastic else "1", 150), ("c", "1", 40), ("d", "1", 150),
                 ("e", "1", 150)]
-    ids: dict[str, str] = {}
-    epochs: dict[str, int] = {}
     # Ray's cluster has 4 training slots (t4×2, v100, k80), not 3: once b and c finish, d, e and f fit on training
     # nodes and none needs the loan (CI, loaded: "timed out waiting for a job training on the loan"). On Ray d, e
     # and f ask for t4, the loan's type: a (resized to 1) and d fill the training t4 node, so e and f always
     # wait for the loan however fast b and c are. (Not for the modelled plan: its profile decides the types.)
     for name, gpus, ep in plan:
         lo, hi = (int(x) for x in (gpus.split(":") * 2)[:2])
-        t4 = {"gpu_type": "t4"} if backend == "ray" and not modelled and name in "def" else {}
-        r = svc.api("POST", "/v1/jobs", json={"script": EXAMPLE, "name": name, "gpus": lo, "min_gpus": lo,
-                                              "max_gpus": hi, "batch_size": BATCH, "duration_s": 60, **t4,
-                                              **({"application": "linreg"} if modelled else {}),
-                                              "args": _args(ep, tmp_path / f"{name}.jsonl")})
+        t4 = {"gpu_type": "t4"} if run.backend == "ray" and not run.modelled and name in "def" else {}
+        r = run.svc.api("POST", "/v1/jobs", json={"script": EXAMPLE, "name": name, "gpus": lo, "min_gpus": lo,
+                                                  "max_gpus": hi, "batch_size": BATCH, "duration_s": 60, **t4,
+                                                  **({"application": "linreg"} if run.modelled else {}),
+                                                  "args": _args(ep, run.logs / f"{name}.jsonl")})
         assert r.status_code == 201, r.text
-        ids[name], epochs[name] = r.json()["id"], ep
-    jobs = lambda: {j["name"]: j for j in svc.api("GET", "/v1/jobs").json()}  # noqa: E731
-    # 7 (modelled: 5) slots asked of 3: the queue says why the others wait
-    # (gavel may rotate: a job it preempts for another waits SUSPENDED, reason Preempted)
-    wait_for(lambda: any(j["state"] in ("PENDING", "SUSPENDED") and j["reason"] for j in jobs().values()), 20,
-             "a REASON")
-    # the modelled policies choose their own order (sia may start a last): the loan comes while jobs still wait
-    first = ["a"] if not modelled else list(ids)
-    wait_for(lambda: any(jobs()[n]["state"] == "RUNNING" and _steps(tmp_path / f"{n}.jsonl") for n in first), 90,
-             "a training" if not modelled else "a job training")
+        run.ids[name], run.epochs[name] = r.json()["id"], ep
 
-    if not modelled:  # 1) an admin resize of a running job (checkpoint → relaunch at the new size, generation + 1)
-        gen_a = jobs()["a"]["generation"]
-        assert svc.api("POST", f"/v1/jobs/{ids['a']}:resize", json={"gpus": 1}).status_code == 202
-        try:
-            wait_for(lambda: jobs()["a"]["generation"] > gen_a and jobs()["a"]["gpus"] == 1, 60, "a resized")
-        except AssertionError as e:  # the premise: a still trained when the resize reached it
-            a = svc.job(ids["a"])
-            raise AssertionError(f"{e}; a logged {len(_steps(tmp_path / 'a.jsonl'))} of {epochs['a'] * N // BATCH} "
-                                 f"steps; state {a['state']}, generations {a['generations']}") from None
-        print(f"a: {sum(s['gen'] == gen_a for s in _steps(tmp_path / 'a.jsonl'))} of {epochs['a'] * N // BATCH} "
-              "steps done when the resize stopped it")
 
-    # 2) an inference server is lent: pending jobs (or elastic growth) use it
-    offer = svc.api("POST", "/v1/loans", json={"nodes": 1, "gpus_per_node": 2,
-                                               **({"gpu_type": "t4"} if backend != "local" else {})})
+def _admin_resize(run: _Run) -> None:
+    """An admin resize of a running job: checkpoint → relaunch at the new size, generation + 1."""
+    gen_a = run.jobs()["a"]["generation"]
+    assert run.svc.api("POST", f"/v1/jobs/{run.ids['a']}:resize", json={"gpus": 1}).status_code == 202
+    total = run.epochs["a"] * N // BATCH
+    try:
+        wait_for(lambda: run.jobs()["a"]["generation"] > gen_a and run.jobs()["a"]["gpus"] == 1, 60, "a resized")
+    except AssertionError as e:  # the premise: a still trained when the resize reached it
+        a = run.svc.job(run.ids["a"])
+        raise AssertionError(f"{e}; a logged {len(run.steps('a'))} of {total} steps; state {a['state']}, "
+                             f"generations {a['generations']}") from None
+    print(f"a: {sum(s['gen'] == gen_a for s in run.steps('a'))} of {total} steps done when the resize stopped it")
+
+
+def _loan_and_reclaim(run: _Run) -> tuple[dict[str, Any], str]:
+    """Lend an inference server, wait for a job to train on it, reclaim it: (the job it was taken from, node)."""
+    offer = run.svc.api("POST", "/v1/loans", json={"nodes": 1, "gpus_per_node": 2,
+                                                   **({"gpu_type": "t4"} if run.backend != "local" else {})})
     assert offer.status_code == 201, offer.text
     loan_node = offer.json()[0]["node_id"]
-    assert loan_node == {"local": "loan-cpu-0", "slurm": "n3"}.get(backend) or loan_node.startswith("loan-t4-")
-    on_loan = wait_for(lambda: [j for j in jobs().values() if j["state"] == "RUNNING"
+    assert loan_node == {"local": "loan-cpu-0", "slurm": "n3"}.get(run.backend) or loan_node.startswith("loan-t4-")
+    on_loan = wait_for(lambda: [j for j in run.jobs().values() if j["state"] == "RUNNING"
                                 and any(n == loan_node for n, _ in j["placement"])
-                                and _steps(tmp_path / f"{j['name']}.jsonl")], 90, "a job training on the loan")
+                                and run.steps(j["name"])], 90, "a job training on the loan")
+    # the job on it scales in or is checkpointed; none is lost
+    victim = max(on_loan, key=lambda j: run.epochs[j["name"]] * N // BATCH - len(run.steps(j["name"])))
+    assert run.svc.api("POST", "/v1/reclaims", json={"count": 1, "deadline_s": 30}).status_code == 202
+    wait_for(lambda: run.svc.api("GET", "/v1/loans").json()["loans"][0]["state"] == "RETURNED", 60, "loan returned")
+    assert all(n != loan_node for j in run.jobs().values() for n, _ in j["placement"])
+    return victim, loan_node
 
-    # 3) ...and reclaimed mid-run: the job on it scales in or is checkpointed; none is lost
-    victim = max(on_loan, key=lambda j: epochs[j["name"]] * N // BATCH - len(_steps(tmp_path / f"{j['name']}.jsonl")))
-    assert svc.api("POST", "/v1/reclaims", json={"count": 1, "deadline_s": 30}).status_code == 202
-    wait_for(lambda: svc.api("GET", "/v1/loans").json()["loans"][0]["state"] == "RETURNED", 60, "loan returned")
-    assert all(n != loan_node for j in jobs().values() for n, _ in j["placement"])
 
-    done = wait_for(lambda: (js := jobs()) and all(j["state"] in ("SUCCEEDED", "FAILED") for j in js.values())
+def _check_every_job_exact(run: _Run) -> None:
+    """Every job ends SUCCEEDED having done exactly its steps, across generations and batch changes."""
+    done = wait_for(lambda: (js := run.jobs()) and all(j["state"] in ("SUCCEEDED", "FAILED") for j in js.values())
                     and js, 240, "all jobs to end")
-    assert {n: j["state"] for n, j in done.items()} == dict.fromkeys(ids, "SUCCEEDED")
-    for name, jid in ids.items():
-        final = _final(svc, jid)
+    assert {n: j["state"] for n, j in done.items()} == dict.fromkeys(run.ids, "SUCCEEDED")
+    for name, jid in run.ids.items():
+        final = _final(run.svc, jid)
         # exact progress across generations (and across in-place batch changes, which pollux and sia make)
-        assert final["steps"] == _exact(_steps(tmp_path / f"{name}.jsonl"), epochs[name]), (name, final)
-        if not modelled:
-            assert final["steps"] == epochs[name] * N // BATCH, (name, final)
+        assert final["steps"] == _exact(run.steps(name), run.epochs[name]), (name, final)
+        if not run.modelled:
+            assert final["steps"] == run.epochs[name] * N // BATCH, (name, final)
         assert final["final_mse"] < 5.0
-    v = svc.job(victim["id"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_six_example_jobs_resize_loan_and_reclaim(service_factory: Any, tmp_path: Path, policy: str, backend: str,
+                                                  request: pytest.FixtureRequest) -> None:
+    run, slurm = _start_service(service_factory, tmp_path, policy, backend, request)
+    _submit_plan(run, policy)
+    # 7 (modelled: 5) slots asked of 3: the queue says why the others wait
+    # (gavel may rotate: a job it preempts for another waits SUSPENDED, reason Preempted)
+    wait_for(lambda: any(j["state"] in ("PENDING", "SUSPENDED") and j["reason"] for j in run.jobs().values()), 20,
+             "a REASON")
+    # the modelled policies choose their own order (sia may start a last): the loan comes while jobs still wait
+    first = ["a"] if not run.modelled else list(run.ids)
+    wait_for(lambda: any(run.jobs()[n]["state"] == "RUNNING" and run.steps(n) for n in first), 90,
+             "a training" if not run.modelled else "a job training")
+    if not run.modelled:  # 1) an admin resize of a running job
+        _admin_resize(run)
+    victim, loan_node = _loan_and_reclaim(run)  # 2) a server lent, used, and 3) reclaimed mid-run
+    _check_every_job_exact(run)
+    v = run.svc.job(victim["id"])
     assert len(v["generations"]) >= 2 and v["generations"][0]["outcome"] == "stopped"
     # a generation after the first one that trained continued from its checkpoint (a generation may be stopped
     # before its first step: gavel preempts for a job with less service, sia moves a job again at once)
-    vsteps = _steps(tmp_path / f"{victim['name']}.jsonl")
+    vsteps = run.steps(victim["name"])
     resumed = [s for s in vsteps if s["gen"] > vsteps[0]["gen"]]
     assert resumed and resumed[0]["step"] > 1
-    assert svc.job(ids["a"])["restarts"] >= (0 if modelled else 1)
-    reclaims = svc.api("GET", "/v1/loans").json()["reclaims"]
+    assert run.svc.job(run.ids["a"])["restarts"] >= (0 if run.modelled else 1)
+    reclaims = run.svc.api("GET", "/v1/loans").json()["reclaims"]
     assert [(r["state"], r["nodes"]) for r in reclaims] == [("DONE", [loan_node])]
     if backend == "slurm":  # the returned server was drained, then resumed for inference once empty
-        _slurm_checks(slurm, svc, ids, loan_node)
+        _slurm_checks(slurm, run.svc, run.ids, loan_node)
 
 
 def _slurm_checks(slurm: Any, svc: Any, ids: dict[str, str], loan_node: str) -> None:

@@ -146,6 +146,25 @@ def _sane(job: dict[str, object]) -> bool:
             and job["script"] == FAKE)
 
 
+def _judge(case: Case, status: int, text: str, counts: dict[str, int], failures: list[str]) -> None:
+    """Count one answer and note it among `failures` if it is wrong: a 5xx, a 4xx not naming the bad field, or
+    an accepted submission that makes no sense."""
+    if status >= 500:
+        counts["5xx"] += 1
+        failures.append(f"{status} {case.method} {case.path[:80]} {(case.body or b'')[:80]!r}: {text[:200]}")
+    elif 400 <= status < 500:
+        counts["4xx"] += 1
+        if not _names(text, case.fields):
+            counts["unnamed"] += 1
+            failures.append(f"{status} not naming {case.fields}: {case.method} {case.path[:60]} "
+                            f"{(case.body or b'')[:60]!r}: {text[:200]}")
+    else:
+        counts["2xx"] += 1
+        if case.path == "/v1/jobs" and case.method == "POST" and not _sane(json.loads(text)):
+            counts["nonsense"] += 1
+            failures.append(f"nonsense accepted: {(case.body or b'')[:120]!r} -> {text[:200]}")
+
+
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProc]:
     s = ServiceProc(tmp_path_factory.mktemp("fuzz"), cluster="2x2:cpu", scripts_dir=ROOT / "tests").start()
@@ -192,20 +211,7 @@ def test_fuzzed_requests_get_4xx_naming_the_field_never_5xx(svc: ServiceProc) ->
         if r.getheader("connection", "").lower() == "close":
             conn.close()
             conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
-        if status >= 500:
-            counts["5xx"] += 1
-            failures.append(f"{status} {case.method} {case.path[:80]} {(case.body or b'')[:80]!r}: {text[:200]}")
-        elif 400 <= status < 500:
-            counts["4xx"] += 1
-            if not _names(text, case.fields):
-                counts["unnamed"] += 1
-                failures.append(f"{status} not naming {case.fields}: {case.method} {case.path[:60]} "
-                                f"{(case.body or b'')[:60]!r}: {text[:200]}")
-        else:
-            counts["2xx"] += 1
-            if case.path == "/v1/jobs" and case.method == "POST" and not _sane(json.loads(text)):
-                counts["nonsense"] += 1
-                failures.append(f"nonsense accepted: {(case.body or b'')[:120]!r} -> {text[:200]}")
+        _judge(case, status, text, counts, failures)
     wall = time.monotonic() - t0
     conn.close()
     log = svc.log_text()
