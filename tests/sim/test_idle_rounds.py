@@ -83,3 +83,38 @@ def test_rounds_skipped_behind_a_blocked_head_change_no_output(models: PerfModel
     assert r1.timeline_rows.to_csv() == r2.timeline_rows.to_csv()
     assert r1.summary["rounds"] == r2.summary["rounds"]
     assert skipping.rounds_skipped > asked.rounds_skipped + r1.summary["rounds"] // 10
+
+
+class _Backfilling(FifoPolicy):
+    """FIFO with backfilling (jobs behind a blocked head start when they fit), which breaks the promise it keeps
+    declaring: an arrival that fits starts at once, where the simulator would have skipped the round."""
+
+    def schedule(self, snap, ctx: PolicyContext):  # type: ignore[no-untyped-def]
+        from elastisched.core.types import Allocation, Decision, KeptAllocations
+        from elastisched.policies._common import fits
+
+        d = super().schedule(snap, ctx)
+        free = snap.free_by_type()
+        added = dict(d.allocations.added) if isinstance(d.allocations, KeptAllocations) else {}
+        for a in added.values():
+            free[a.gpu_type] -= a.num_gpus
+        for jid, job in snap.pending_jobs().items():
+            t = fits(free, job.spec.gpu_types, job.spec.num_gpus) if jid not in d.reasons and jid not in added else None
+            if t is not None:
+                added[jid] = Allocation(num_gpus=job.spec.num_gpus, gpu_type=t)
+                free[t] -= job.spec.num_gpus
+        return Decision(KeptAllocations(snap.running_jobs(), added), d.reasons)
+
+
+def test_conformance_holds_fifo_to_idle_while_blocked(models: PerfModels) -> None:
+    """`elastisched policies check` puts the promise to the test: the round after a blocked one, with new jobs
+    arrived, must change nothing. FIFO keeps it; a backfilling FIFO that declares it does not (and without
+    the declaration, nothing is asked of it)."""
+    assert not conformance(FifoPolicy, models)
+    failures = conformance(_Backfilling, models)
+    assert [f.invariant for f in failures if f.invariant.startswith("idle_while_blocked")], failures
+
+    class _HonestBackfilling(_Backfilling):
+        idle_while_blocked: ClassVar[bool] = False
+
+    assert not conformance(_HonestBackfilling, models)
