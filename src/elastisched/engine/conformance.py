@@ -223,8 +223,11 @@ def _blocked_error(pol: Policy, d: Decision, placed: dict[str, Allocation], snap
     after = ClusterSnapshot(now, snap.nodes, jobs)
     state = copy.deepcopy(pol.state_dict())
     ctx = PolicyContext(perf=models if perf_in_ctx else None, rng=np.random.default_rng(seed), seed=seed)
-    d2 = pol.schedule(after, ctx)
-    placed2 = place(d2.allocations, after)
+    try:
+        d2 = pol.schedule(after, ctx)
+        placed2 = place(d2.allocations, after)
+    except Exception as e:  # a broken policy may raise anything
+        return f"the next round raised {type(e).__name__}: {e}"
     moved = sorted(j for j, v in jobs.items() if (placed2.get(j) or Allocation()).placement != v.allocation.placement)
     if moved:
         return f"job(s) {moved[:5]} started, moved or stopped"
