@@ -84,8 +84,10 @@ def decisions(section: dict[str, Any], out: Path) -> list[Path]:
 
 def philly(section: dict[str, Any], out: Path) -> list[Path]:
     runs = section["runs"]
-    labels = [f"{r['policy']} {_options(r)}\n{r['cluster']}" for r in runs]
     done = ["avg_jct" in r for r in runs]  # an unfinished run was stopped: its CPU is how far it got
+    # (a run stopped at its cap and one of the same options let finish are two bars, not one)
+    labels = [f"{r['policy']} {_options(r)}{'' if d else ' (stopped)'}\n{r['cluster']}"
+              for r, d in zip(runs, done, strict=True)]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 0.6 * len(runs) + 1.5))
     a.barh(labels, [r["cpu_s"] for r in runs], color=["C0" if d else "C7" for d in done])
     for y, (r, d) in enumerate(zip(runs, done, strict=True)):
@@ -93,9 +95,9 @@ def philly(section: dict[str, Any], out: Path) -> list[Path]:
             a.text(r["cpu_s"], y, f" stopped at day {r.get('sim_time_reached_s', 0) / 86400:.1f}", va="center",
                    fontsize=7)
     a.axvline(600, color="red", linestyle="--", linewidth=1)
-    a.set_xlabel("CPU seconds, whole trace (target 600; grey: stopped unfinished)")
+    a.set_xlabel("CPU seconds, whole trace\n(target 600; grey: stopped unfinished)")
     b.barh(labels, [r["avg_jct"] / 3600 if d else 0.0 for r, d in zip(runs, done, strict=True)])
-    b.set_xlabel("mean JCT (hours; none for a run stopped unfinished)")
+    b.set_xlabel("mean JCT (hours;\nnone for a run stopped unfinished)")
     b.set_yticks([])
     fig.suptitle("full Philly trace")
     return [_save(fig, out / "philly.png")]
