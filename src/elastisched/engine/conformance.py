@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from elastisched.core.errors import InvariantViolation
-from elastisched.core.events import ActionKind
 from elastisched.core.types import (
     Allocation,
     ClusterSnapshot,
@@ -32,7 +31,7 @@ from elastisched.core.types import (
     Pool,
 )
 from elastisched.engine.invariants import check
-from elastisched.engine.loop import Engine, diff
+from elastisched.engine.loop import Engine, diff, leaves_queue_blocked
 from elastisched.engine.placer import place
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy, PolicyContext
@@ -183,7 +182,7 @@ def _one(make: Callable[[], Policy], snap: ClusterSnapshot, models: PerfModels, 
     why = _idle_error(pol, d, snap, state)
     if why:
         return fail("idle_without_pending: a round with no job pending decides nothing", why)
-    why = _blocked_error(pol, d, dict(placed), snap, models, perf_in_ctx, seed)
+    why = _blocked_error(pol, d, dict(placed), snap, models, ctx_models, seed)
     return fail("idle_while_blocked: behind a job left waiting for GPUs, arrivals alone change nothing", why) \
         if why else []
 
@@ -202,15 +201,13 @@ def _idle_error(pol: Policy, d: Decision, snap: ClusterSnapshot, state_before: d
 
 
 def _blocked_error(pol: Policy, d: Decision, placed: dict[str, Allocation], snap: ClusterSnapshot,
-                   models: PerfModels, perf_in_ctx: bool, seed: int) -> str | None:
+                   models: PerfModels, ctx_models: PerfModels | None, seed: int) -> str | None:
     """What breaks the promise of `Policy.idle_while_blocked` (None: kept, or not put to the test here). The
     simulator skips the rounds after one that left a job waiting for RESOURCES and only launched jobs, until
     GPUs are freed (`sim.idle`): so the next round, with the decision applied and only new jobs arrived (one
     GPU each, of any type: backfilling would start them), must keep every running job as it is, start none,
     give no job another reason, no hint, and leave the state as `on_submit` made it."""
-    if (not pol.idle_while_blocked or pol.needs_progress or snap.reclaim_demand or d.reclaim
-            or PendingReason.RESOURCES not in d.reasons.values()
-            or any(a.kind is not ActionKind.LAUNCH for a in diff(snap, placed))):
+    if snap.reclaim_demand or d.reclaim or not leaves_queue_blocked(pol, d, diff(snap, placed)):
         return None
     now = snap.now + 1.0
     jobs = {j: replace(v, allocation=placed.get(j, Allocation()),
@@ -222,7 +219,7 @@ def _blocked_error(pol: Policy, d: Decision, placed: dict[str, Allocation], snap
     new = {spec.job_id for spec in arrived}
     after = ClusterSnapshot(now, snap.nodes, jobs)
     state = copy.deepcopy(pol.state_dict())
-    ctx = PolicyContext(perf=models if perf_in_ctx else None, rng=np.random.default_rng(seed), seed=seed)
+    ctx = PolicyContext(perf=ctx_models, rng=np.random.default_rng(seed), seed=seed)
     try:
         d2 = pol.schedule(after, ctx)
         placed2 = place(d2.allocations, after)

@@ -15,12 +15,20 @@ disagree on them.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from elastisched.core.events import Action, ActionKind
 from elastisched.core.frozen import quick_init
-from elastisched.core.types import NO_ALLOCATION, Allocation, ClusterSnapshot, Decision, JobId, JobSpec
+from elastisched.core.types import (
+    NO_ALLOCATION,
+    Allocation,
+    ClusterSnapshot,
+    Decision,
+    JobId,
+    JobSpec,
+    PendingReason,
+)
 from elastisched.engine.invariants import check
 from elastisched.engine.overrides import Reclaim, choose_returned, vacate
 from elastisched.engine.placer import Changes, place_changes
@@ -42,6 +50,15 @@ def same_allocation(a: Allocation, b: Allocation) -> bool:
         return True
     return (a.same_gpus(b) and a.batch_size == b.batch_size
             and a.local_batch == b.local_batch and a.accumulation == b.accumulation)
+
+
+def leaves_queue_blocked(policy: Policy, decision: Decision, actions: Sequence[Action]) -> bool:
+    """Whether a round lets a body skip the rounds after it until GPUs are freed (`Policy.idle_while_blocked`,
+    the simulator's `sim.idle`; `elastisched policies check` tests the promise): the policy made it, reads no
+    progress, left a job waiting for RESOURCES, and changed nothing but launches (freed no GPU)."""
+    return (policy.idle_while_blocked and not policy.needs_progress
+            and PendingReason.RESOURCES in decision.reasons.values()
+            and all(a.kind is ActionKind.LAUNCH for a in actions))
 
 
 def diff(snap: ClusterSnapshot, allocs: Mapping[JobId, Allocation], changes: Changes | None = None

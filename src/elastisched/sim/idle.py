@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from elastisched.core.events import ActionKind
-from elastisched.core.types import JobId, PendingReason
+from elastisched.core.types import JobId
 from elastisched.engine.jobstate import JobState
-from elastisched.engine.loop import RoundResult
+from elastisched.engine.loop import RoundResult, leaves_queue_blocked
 from elastisched.policies.base import Policy
 from elastisched.sim.config import SimConfig
 
@@ -32,9 +31,6 @@ def idle_round(policy: Policy, cfg: SimConfig, reclaim_demand: int, blocked: boo
 
 
 def left_blocked(policy: Policy, cfg: SimConfig, res: RoundResult) -> bool:
-    """Whether a consulted round left a job waiting for RESOURCES and changed nothing but launches (freed no
-    GPU), for a policy that promised `idle_while_blocked` and whose rounds `idle_round` may skip at all: until
-    GPUs are freed, it decides nothing new (with no server to return: checked when the round comes)."""
-    return (policy.idle_while_blocked and not policy.needs_progress and cfg.on_round is None
-            and PendingReason.RESOURCES in res.decision.reasons.values()
-            and all(a.kind is ActionKind.LAUNCH for a in res.actions))
+    """Whether a consulted round left the queue blocked (`engine.loop.leaves_queue_blocked`) for a run whose
+    rounds `idle_round` may skip at all (with no server to return: checked when the round comes)."""
+    return cfg.on_round is None and leaves_queue_blocked(policy, res.decision, res.actions)
