@@ -11,7 +11,9 @@ import scipy.optimize
 
 from elastisched.models.throughput import PolluxParams
 from elastisched.policies.pollux.goodput import (
+    EPS,
     GoodputFunction,
+    _fit_constants,
     _objective,
     fit_perf_params,
     speedup_table,
@@ -108,8 +110,55 @@ def test_objective_gradient_is_exact() -> None:
     ya = rng.uniform(0.05, 0.3, 5)
     yo = ya + rng.uniform(0.01, 0.2, 5)
     x = np.array([0.05, 0.002, 0.1, 0.01, 0.05, 0.003, 1.5])
-    num = scipy.optimize.approx_fprime(x, lambda v: _objective(v, nodes, reps, bsz, ya, yo)[0], 1e-7)
-    assert np.allclose(_objective(x, nodes, reps, bsz, ya, yo)[1], num, rtol=1e-3, atol=1e-4)
+    k = _fit_constants(nodes, reps, bsz, ya, yo)
+    num = scipy.optimize.approx_fprime(x, lambda v: _objective(v, *k)[0], 1e-7)
+    assert np.allclose(_objective(x, *k)[1], num, rtol=1e-3, atol=1e-4)
+
+
+def _objective_term_by_term(x: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, ya: np.ndarray,
+                            yo: np.ndarray) -> tuple[float, np.ndarray]:
+    """The fit objective and gradient written out term by term, every power, log and mean taken where it
+    appears (the form before `_fit_constants`): the reference the fast form must equal bit for bit."""
+    ac, bc, an, bn, ar, br, g = x
+    n = len(bsz)
+    inter, intra = nodes > 1, (nodes <= 1) & (reps > 1)
+    retro = np.maximum(reps - 2, EPS)
+    pa = ac + bc * bsz
+    pn = np.where(inter, an + bn * retro, np.where(intra, ar + br * retro, EPS + EPS * retro))
+    s = pa**g + pn**g
+    x1 = np.log(pa) - np.log(ya)
+    z = np.log(s) / g - np.log(yo)
+    e1, e2 = np.sqrt(np.mean(x1**2)), np.sqrt(np.mean(z**2))
+    val = e1 + e2 + 1e-3 * (g - 1) ** 2 + 1e-2 * ((bn / an) ** 2 + (br / ar) ** 2)
+    d1 = x1 / (n * e1) if e1 > 0 else np.zeros(n)
+    d2 = z / (n * e2) if e2 > 0 else np.zeros(n)
+    dlo_dg = (pa**g * np.log(pa) + pn**g * np.log(pn)) / (s * g) - np.log(s) / g**2
+    dpa = d1 / pa + d2 * (pa ** (g - 1) / s)
+    dpn = d2 * (pn ** (g - 1) / s)
+    return float(val), np.array([
+        dpa.sum(), (dpa * bsz).sum(),
+        (dpn * inter).sum() - 2e-2 * bn**2 / an**3, (dpn * inter * retro).sum() + 2e-2 * bn / an**2,
+        (dpn * intra).sum() - 2e-2 * br**2 / ar**3, (dpn * intra * retro).sum() + 2e-2 * br / ar**2,
+        (d2 * dlo_dg).sum() + 2e-3 * (g - 1)])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_objective_equals_the_term_by_term_form_bit_for_bit(seed: int) -> None:
+    """The fit (and so every Pollux decision) is unchanged by taking each power and log once: equal values,
+    not close ones, over observation sets of every kind (one replica, one node, several nodes; 1–40 points)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        k = int(rng.integers(1, 41))
+        nodes = rng.integers(1, 5, k).astype(float)
+        reps = np.where(rng.random(k) < 0.3, 1.0, nodes * rng.integers(1, 5, k))
+        bsz = rng.choice([16.0, 32, 64, 100, 128, 256], k)
+        ya = rng.uniform(0.01, 0.5, k)
+        yo = ya + rng.uniform(0.0, 0.3, k)
+        x = np.array([*rng.uniform(1e-8, 0.3, 6), rng.uniform(1.0, 10.0)])
+        want = _objective_term_by_term(x, nodes, reps, bsz, ya, yo)
+        got = _objective(x, *_fit_constants(nodes, reps, bsz, ya, yo))
+        assert got[0] == want[0]
+        assert np.array_equal(got[1], want[1])
 
 
 def test_fit_on_measured_profile_predicts_step_times(models: object) -> None:

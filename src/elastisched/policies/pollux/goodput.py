@@ -136,34 +136,50 @@ def speedup_table(fn: GoodputFunction, max_replicas: int, max_batch_size: int, a
     return table
 
 
-def _objective(x: np.ndarray, nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, y_accum: np.ndarray,
-               y_optim: np.ndarray) -> tuple[float, np.ndarray]:
-    """The artifact's fit objective and its analytic gradient."""
-    ac, bc, an, bn, ar, br, g = x
-    n = len(bsz)
+def _fit_constants(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, y_accum: np.ndarray,
+                   y_optim: np.ndarray) -> tuple[np.ndarray, ...]:
+    """What `_objective` reads of the observations, made once per fit instead of once per L-BFGS step:
+    (atomic batch, multi-node mask, single-node multi-replica mask, max(R − 2, 1e-8), the one-replica network
+    time, log accum time, log step time); the masks as 1.0 / 0.0, which multiply as the booleans did."""
     inter, intra = nodes > 1, (nodes <= 1) & (reps > 1)
     retro = np.maximum(reps - 2, EPS)
+    return (bsz, inter, intra, inter.astype(float), intra.astype(float), retro, EPS + EPS * retro,
+            np.log(y_accum), np.log(y_optim))
+
+
+def _objective(x: np.ndarray, bsz: np.ndarray, inter: np.ndarray, intra: np.ndarray, inter_f: np.ndarray,
+               intra_f: np.ndarray, retro: np.ndarray, single: np.ndarray, log_accum: np.ndarray,
+               log_optim: np.ndarray) -> tuple[float, np.ndarray]:
+    """The artifact's fit objective and its analytic gradient (constants: `_fit_constants`). Each power and log
+    is taken once and the sums are numpy's own reductions without their wrappers: the very operations, in the
+    same order, as the objective written out term by term (tests/policies/test_pollux_fit.py compares bits)."""
+    ac, bc, an, bn, ar, br, g = x
+    n = len(bsz)
+    add = np.add.reduce
     pa = ac + bc * bsz
-    pn = np.where(inter, an + bn * retro, np.where(intra, ar + br * retro, EPS + EPS * retro))
-    s = pa**g + pn**g
-    lo = np.log(s) / g
-    x1 = np.log(pa) - np.log(y_accum)
-    z = lo - np.log(y_optim)
-    e1 = np.sqrt(np.mean(x1**2))
-    e2 = np.sqrt(np.mean(z**2))
+    pn = np.where(inter, an + bn * retro, np.where(intra, ar + br * retro, single))
+    pa_g, pn_g = pa**g, pn**g
+    s = pa_g + pn_g
+    log_pa, log_s = np.log(pa), np.log(s)
+    lo = log_s / g
+    x1 = log_pa - log_accum
+    z = lo - log_optim
+    e1 = np.sqrt(add(x1**2) / n)  # (np.mean: the reduction, then / n)
+    e2 = np.sqrt(add(z**2) / n)
     val = e1 + e2 + 1e-3 * (g - 1) ** 2 + 1e-2 * ((bn / an) ** 2 + (br / ar) ** 2)
     d1 = x1 / (n * e1) if e1 > 0 else np.zeros(n)  # d e1 / d log pa
     d2 = z / (n * e2) if e2 > 0 else np.zeros(n)  # d e2 / d lo
     dlo_dpa = pa ** (g - 1) / s
     dlo_dpn = pn ** (g - 1) / s
-    dlo_dg = (pa**g * np.log(pa) + pn**g * np.log(pn)) / (s * g) - np.log(s) / g**2
+    dlo_dg = (pa_g * log_pa + pn_g * np.log(pn)) / (s * g) - log_s / g**2
     dpa = d1 / pa + d2 * dlo_dpa
     dpn = d2 * dlo_dpn
+    dpn_inter, dpn_intra = dpn * inter_f, dpn * intra_f
     grad = np.array([
-        dpa.sum(), (dpa * bsz).sum(),
-        (dpn * inter).sum() - 2e-2 * bn**2 / an**3, (dpn * inter * retro).sum() + 2e-2 * bn / an**2,
-        (dpn * intra).sum() - 2e-2 * br**2 / ar**3, (dpn * intra * retro).sum() + 2e-2 * br / ar**2,
-        (d2 * dlo_dg).sum() + 2e-3 * (g - 1)])
+        add(dpa), add(dpa * bsz),
+        add(dpn_inter) - 2e-2 * bn**2 / an**3, add(dpn_inter * retro) + 2e-2 * bn / an**2,
+        add(dpn_intra) - 2e-2 * br**2 / ar**3, add(dpn_intra * retro) + 2e-2 * br / ar**2,
+        add(d2 * dlo_dg) + 2e-3 * (g - 1)])
     return float(val), grad
 
 
@@ -191,7 +207,7 @@ def fit_perf_params(num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz:
             x0[i] = upper[i] = lower[i]
     import scipy.optimize  # here: `sim run` imports every policy module, few fit
 
-    res = scipy.optimize.minimize(_objective, np.array(x0), args=(nodes, reps, bsz, ya, yo), jac=True,
+    res = scipy.optimize.minimize(_objective, np.array(x0), args=_fit_constants(nodes, reps, bsz, ya, yo), jac=True,
                                   method="L-BFGS-B", bounds=list(zip(lower, upper, strict=True)))
     p = [float(v) for v in res.x]
     if not np.any(nodes > 1):
