@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from elastisched.models.throughput import PolluxParams
+from elastisched.policies.pollux.lbfgsb import minimize_bounded
 
 EPS = 1e-8
 NUM_BATCH_CANDIDATES = 50  # np.geomspace default, as in the artifact
@@ -205,11 +206,8 @@ def fit_perf_params(num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz:
     if not np.any(reps > 2):
         for i in (3, 5):
             x0[i] = upper[i] = lower[i]
-    import scipy.optimize  # here: `sim run` imports every policy module, few fit
-
-    res = scipy.optimize.minimize(_objective, np.array(x0), args=_fit_constants(nodes, reps, bsz, ya, yo), jac=True,
-                                  method="L-BFGS-B", bounds=list(zip(lower, upper, strict=True)))
-    p = [float(v) for v in res.x]
+    x = minimize_bounded(_objective, x0, lower, upper, _fit_constants(nodes, reps, bsz, ya, yo))
+    p = [float(v) for v in x]
     if not np.any(nodes > 1):
         p[2] = max(p[2], p[4] * 1.1)
         p[3] = max(p[3], p[5] * 1.1)
