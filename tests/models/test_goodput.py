@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-import scipy
 import scipy.optimize
 
 from elastisched.models.throughput import PolluxParams
@@ -19,7 +18,6 @@ from elastisched.policies.pollux.goodput import (
     fit_perf_params,
     speedup_table,
 )
-from elastisched.policies.pollux.lbfgsb import compiled_step, minimize_bounded
 
 P = PolluxParams(alpha_c=0.1, beta_c=0.01, alpha_n=0.2, beta_n=0.01, alpha_r=0.05, beta_r=0.005, gamma=1.5)
 
@@ -200,35 +198,3 @@ def test_fit_recovers_known_parameters() -> None:
     assert np.sqrt(np.mean(np.log(pred / step) ** 2)) < 0.1
     assert np.max(np.abs(np.log(pred / step)[:3])) < 1e-3  # single-replica runs: compute time only
 
-
-def _random_fit_problem(rng: np.random.Generator) -> tuple[list[float], list[float], list[float], tuple]:
-    """A fit as `fit_perf_params` poses it: random observations, the artifact's start, bounds and pins."""
-    k = int(rng.integers(1, 15))
-    nodes = rng.integers(1, 4, k).astype(float)
-    reps = np.where(rng.random(k) < 0.4, 1.0, nodes * rng.integers(1, 5, k))
-    bsz = rng.choice([16.0, 32, 64, 128], k)
-    ya = rng.uniform(0.01, 0.5, k)
-    yo = ya + rng.uniform(0.0, 0.3, k)
-    x0, lower, upper = [1e-1, 1e-2] * 3 + [1.0 + 1e-3], [1e-8, 1e-8] * 3 + [1.0], [np.inf, np.inf] * 3 + [10.0]
-    pins = [(0,)] if len(np.unique(bsz)) == 1 else []
-    pins += [(2, 3)] if not np.any(nodes > 1) else []
-    pins += [(4, 5)] if not np.any((nodes == 1) & (reps > 1)) else []
-    pins += [(3, 5)] if not np.any(reps > 2) else []
-    for group in pins:
-        for i in group:
-            x0[i] = upper[i] = lower[i] = float(np.mean(ya)) / 2 if i == 0 else lower[i]
-    return x0, lower, upper, _fit_constants(nodes, reps, bsz, ya, yo)
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_direct_lbfgsb_takes_scipys_steps_bit_for_bit(seed: int) -> None:
-    """The fit's L-BFGS-B, driven without `minimize`'s wrappers, ends where `minimize` ends: the same bits, on
-    fits with and without pinned parameters; with scipy ≥ 1.15 it really is the direct path that runs."""
-    major, minor = (int(p) for p in scipy.__version__.split(".")[:2])
-    assert (compiled_step() is not None) == ((major, minor) >= (1, 15))
-    rng = np.random.default_rng(seed)
-    for _ in range(60):
-        x0, lower, upper, args = _random_fit_problem(rng)
-        want = scipy.optimize.minimize(_objective, np.array(x0), args=args, jac=True, method="L-BFGS-B",
-                                       bounds=list(zip(lower, upper, strict=True))).x
-        assert np.array_equal(minimize_bounded(_objective, x0, lower, upper, args), want)

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from elastisched.models.lbfgsb import minimize_bounded
 from elastisched.models.throughput import PolluxParams
-from elastisched.policies.pollux.lbfgsb import minimize_bounded
 
 EPS = 1e-8
 NUM_BATCH_CANDIDATES = 50  # np.geomspace default, as in the artifact

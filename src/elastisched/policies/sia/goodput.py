@@ -24,12 +24,12 @@ Read, not copied, from the artifact's `goodput.py` (the Pollux model it builds o
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
+from elastisched.models.lbfgsb import minimize_bounded
 from elastisched.models.profiles import ThroughputProfile
 from elastisched.models.throughput import PolluxParams
 
@@ -142,12 +142,8 @@ def fit_observed(points: tuple[tuple[int, int, float, float, float], ...]) -> Po
         x0[4], hi[4], x0[5], hi[5] = lo[4], lo[4], lo[5], lo[5]
     if not np.any(reps > 2):
         x0[3], hi[3], x0[5], hi[5] = lo[3], lo[3], lo[5], lo[5]
-    bounds = [(a, None if math.isinf(b) else b) for a, b in zip(lo, hi, strict=True)]
-    from scipy.optimize import minimize  # here: `sim run` imports every policy module, few fit
-
-    res = minimize(_loss_grad, x0, args=(nodes, reps, bsz, log_compute, np.log(step)), jac=True,
-                   method="L-BFGS-B", bounds=bounds, tol=1e-5)
-    p = np.clip(res.x, lo, hi)
+    x = minimize_bounded(_loss_grad, x0, lo, hi, (nodes, reps, bsz, log_compute, np.log(step)), tol=1e-5)
+    p = np.clip(x, lo, hi)
     if not np.any(nodes > 1):
         p[2], p[3] = max(p[2], p[4] * 1.1), max(p[3], p[5] * 1.1)
     if len(_KNOWN_FITS) >= 8192:  # as the lru_cache: a bound on what is remembered

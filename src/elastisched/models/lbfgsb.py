@@ -49,16 +49,17 @@ def _bound_codes(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def minimize_bounded(fun: Objective, x0: Sequence[float], lower: Sequence[float], upper: Sequence[float],
-                     args: tuple[Any, ...]) -> np.ndarray:
-    """The minimiser `scipy.optimize.minimize(fun, x0, args, jac=True, method="L-BFGS-B", bounds=...)` returns
-    (`fun` gives the value and gradient)."""
+                     args: tuple[Any, ...], tol: float | None = None) -> np.ndarray:
+    """The minimiser `scipy.optimize.minimize(fun, x0, args, jac=True, method="L-BFGS-B", bounds=..., tol=tol)`
+    returns (`fun` gives the value and gradient; an infinite bound is none)."""
+    ftol, gtol = (FTOL, GTOL) if tol is None else (tol, tol)
     lo, hi = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
     setulb = compiled_step()
     if setulb is None:
         import scipy.optimize
 
         return scipy.optimize.minimize(fun, np.asarray(x0, dtype=float), args=args, jac=True, method="L-BFGS-B",
-                                       bounds=list(zip(lower, upper, strict=True))).x
+                                       bounds=list(zip(lower, upper, strict=True)), tol=tol).x
     n, m = len(lo), CORRECTIONS
     low, high, kind = _bound_codes(lo, hi)
     x = np.array(np.clip(np.asarray(x0, dtype=np.float64), lo, hi), dtype=np.float64)
@@ -70,10 +71,10 @@ def minimize_bounded(fun: Objective, x0: Sequence[float], lower: Sequence[float]
     work, iwork = np.zeros(2 * m * n + 5 * n + 11 * m * m + 8 * m), np.zeros(3 * n, dtype=np.int32)
     task, ln_task = np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32)
     lsave, isave, dsave = np.zeros(4, dtype=np.int32), np.zeros(44, dtype=np.int32), np.zeros(29)
-    factr = FTOL / np.finfo(float).eps
+    factr = ftol / np.finfo(float).eps
     while True:
         g = g.astype(np.float64)
-        setulb(m, x, low, high, kind, f, g, factr, GTOL, work, iwork, task, lsave, isave, dsave,
+        setulb(m, x, low, high, kind, f, g, factr, gtol, work, iwork, task, lsave, isave, dsave,
                LINE_SEARCH_STEPS, ln_task)
         if task[0] == _ASK_FG:
             if not np.array_equal(x, at):

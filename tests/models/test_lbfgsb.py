@@ -1,0 +1,72 @@
+"""`models.lbfgsb`: the fits' L-BFGS-B driven directly ends where `scipy.optimize.minimize` ends, bit for bit, for
+Pollux's objective (scipy's default tolerances) and Sia's (`tol=1e-5`), with and without pinned parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy
+import scipy.optimize
+
+from elastisched.models.lbfgsb import compiled_step, minimize_bounded
+from elastisched.policies.pollux.goodput import _fit_constants, _objective
+from elastisched.policies.sia.goodput import _loss_grad
+
+Problem = tuple[list[float], list[float], list[float], tuple[Any, ...]]
+
+
+def _observations(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Random (nodes, replicas, atomic batch, accum time, step time) of 1–14 runs."""
+    k = int(rng.integers(1, 15))
+    nodes = rng.integers(1, 4, k).astype(float)
+    reps = np.where(rng.random(k) < 0.4, 1.0, nodes * rng.integers(1, 5, k))
+    bsz = rng.choice([16.0, 32, 64, 128], k)
+    accum = rng.uniform(0.01, 0.5, k)
+    return nodes, reps, bsz, accum, accum + rng.uniform(0.0, 0.3, k)
+
+
+def _pinned(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, accum: np.ndarray) -> Problem:
+    """The artifact's start and bounds, with what the observations cannot identify pinned (as both fits do)."""
+    x0, lower, upper = [1e-1, 1e-2] * 3 + [1.0 + 1e-3], [1e-8, 1e-8] * 3 + [1.0], [np.inf, np.inf] * 3 + [10.0]
+    if len(np.unique(bsz)) == 1:
+        x0[0] = lower[0] = upper[0] = float(np.mean(accum)) / 2
+    pins = (((2, 3),) if not np.any(nodes > 1) else ()) + (
+        ((4, 5),) if not np.any((nodes == 1) & (reps > 1)) else ()) + (((3, 5),) if not np.any(reps > 2) else ())
+    for group in pins:
+        for i in group:
+            x0[i] = upper[i] = lower[i]
+    return x0, lower, upper, ()
+
+
+def _pollux_problem(rng: np.random.Generator) -> Problem:
+    nodes, reps, bsz, accum, step = _observations(rng)
+    x0, lower, upper, _ = _pinned(nodes, reps, bsz, accum)
+    return x0, lower, upper, _fit_constants(nodes, reps, bsz, accum, step)
+
+
+def _sia_problem(rng: np.random.Generator) -> Problem:
+    nodes, reps, bsz, accum, step = _observations(rng)
+    x0, lower, upper, _ = _pinned(nodes, reps, bsz, accum)
+    return x0, lower, upper, (nodes, reps, bsz, np.log(accum), np.log(step))
+
+
+def test_the_direct_path_runs_wherever_scipy_has_the_compiled_routine() -> None:
+    major, minor = (int(p) for p in scipy.__version__.split(".")[:2])
+    assert (compiled_step() is not None) == ((major, minor) >= (1, 15))
+
+
+@pytest.mark.parametrize(("objective", "problem", "tol"), [(_objective, _pollux_problem, None),
+                                                          (_loss_grad, _sia_problem, 1e-5),
+                                                          (_objective, _pollux_problem, 1e-2)],
+                         ids=["pollux", "sia", "coarse"])  # coarse: stops on the projected gradient too
+@pytest.mark.parametrize("seed", range(3))
+def test_direct_lbfgsb_takes_scipys_steps_bit_for_bit(objective: Any, problem: Any, tol: float | None,
+                                                       seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(50):
+        x0, lower, upper, args = problem(rng)
+        want = scipy.optimize.minimize(objective, np.array(x0), args=args, jac=True, method="L-BFGS-B",
+                                       bounds=list(zip(lower, upper, strict=True)), tol=tol).x
+        assert np.array_equal(minimize_bounded(objective, x0, lower, upper, args, tol=tol), want)
