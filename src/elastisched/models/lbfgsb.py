@@ -1,14 +1,16 @@
-"""L-BFGS-B for Pollux's step-time fits, driven without `scipy.optimize.minimize`'s per-step wrappers.
+"""L-BFGS-B for the step-time fits of Pollux and Sia, driven without `scipy.optimize.minimize`'s per-step
+wrappers.
 
-A fit (`goodput.fit_perf_params`) has seven parameters and a handful of observations, so each of its ~80 steps
-costs more in scipy's generic machinery (the `ScalarFunction` that copies, counts and memoises every point,
-a result object per iteration) than in the objective itself. This module talks to the same compiled routine
-scipy uses, `setulb`, through its reverse-communication protocol (scipy 1.17 `optimize/_lbfgsb_py.py`,
-`_minimize_lbfgsb`: call it; when it asks for the function at x, evaluate; when it reports a new iteration,
-count it; otherwise stop), with `minimize(method="L-BFGS-B")`'s defaults: 10 corrections, ftol 2.22e-9,
-gtol 1e-5, 20 line-search steps, at most 15,000 iterations and evaluations, x0 clipped to the bounds, the
-objective evaluated once per distinct point. The iterates are therefore the same, bit for bit
-(tests/models/test_goodput.py compares the two on random fits).
+A fit (`policies/pollux/goodput.py` `fit_perf_params`, `policies/sia/goodput.py` `fit_observed`) has seven
+parameters and a handful of observations, so each of its ~80 steps costs more in scipy's generic machinery
+(the `ScalarFunction` that copies, counts and memoises every point, a result object per iteration) than in
+the objective itself. This module talks to the same compiled routine scipy uses, `setulb`, through its
+reverse-communication protocol (scipy 1.17 `optimize/_lbfgsb_py.py`, `_minimize_lbfgsb`: call it; when it asks
+for the function at x, evaluate; when it reports a new iteration, count it; otherwise stop), with
+`minimize(method="L-BFGS-B")`'s defaults: 10 corrections, ftol 2.22e-9 and gtol 1e-5 (both `tol` when
+`minimize` is given one), 20 line-search steps, at most 15,000 iterations and evaluations, x0 clipped to the
+bounds, the objective evaluated once per distinct point. The iterates are therefore the same, bit for bit
+(tests/models/test_lbfgsb.py compares the two on random fits of both objectives).
 
 `setulb`'s signature is scipy's own, not public API: it is used where scipy has the C routine of 1.15 and
 later (the signature read here); anywhere else the fit goes through `minimize`, as before.

@@ -140,8 +140,9 @@ def speedup_table(fn: GoodputFunction, max_replicas: int, max_batch_size: int, a
 def _fit_constants(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, y_accum: np.ndarray,
                    y_optim: np.ndarray) -> tuple[np.ndarray, ...]:
     """What `_objective` reads of the observations, made once per fit instead of once per L-BFGS step:
-    (atomic batch, multi-node mask, single-node multi-replica mask, max(R − 2, 1e-8), the one-replica network
-    time, log accum time, log step time); the masks as 1.0 / 0.0, which multiply as the booleans did."""
+    (atomic batch, the multi-node and the single-node multi-replica masks as booleans to choose with and as
+    1.0 / 0.0 to multiply with (products equal to the booleans'), max(R − 2, 1e-8), the one-replica network
+    time, log accum time, log step time)."""
     inter, intra = nodes > 1, (nodes <= 1) & (reps > 1)
     retro = np.maximum(reps - 2, EPS)
     return (bsz, inter, intra, inter.astype(float), intra.astype(float), retro, EPS + EPS * retro,
@@ -153,7 +154,7 @@ def _objective(x: np.ndarray, bsz: np.ndarray, inter: np.ndarray, intra: np.ndar
                log_optim: np.ndarray) -> tuple[float, np.ndarray]:
     """The artifact's fit objective and its analytic gradient (constants: `_fit_constants`). Each power and log
     is taken once and the sums are numpy's own reductions without their wrappers: the very operations, in the
-    same order, as the objective written out term by term (tests/policies/test_pollux_fit.py compares bits)."""
+    same order, as the objective written out term by term (tests/models/test_goodput.py compares bits)."""
     ac, bc, an, bn, ar, br, g = x
     n = len(bsz)
     add = np.add.reduce
