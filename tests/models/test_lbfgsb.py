@@ -70,3 +70,29 @@ def test_direct_lbfgsb_takes_scipys_steps_bit_for_bit(objective: Any, problem: A
         want = scipy.optimize.minimize(objective, np.array(x0), args=args, jac=True, method="L-BFGS-B",
                                        bounds=list(zip(lower, upper, strict=True)), tol=tol).x
         assert np.array_equal(minimize_bounded(objective, x0, lower, upper, args, tol=tol), want)
+
+
+def test_a_scipy_whose_routine_changed_falls_back_to_minimize(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled step is not used where scipy is older, where driving it fails, or where it steps elsewhere
+    than `minimize` (here: one correction fewer): the fits go through `minimize` then, with its results."""
+    import elastisched.models.lbfgsb as lb
+
+    rng = np.random.default_rng(7)
+    x0, lower, upper, args = _pollux_problem(rng)
+    want = scipy.optimize.minimize(_objective, np.array(x0), args=args, jac=True, method="L-BFGS-B",
+                                   bounds=list(zip(lower, upper, strict=True))).x
+
+    def broken(*a: Any) -> np.ndarray:
+        raise TypeError("setulb() takes 16 positional arguments")
+
+    changes = [(scipy, "__version__", "1.14.1"), (lb, "_drive", broken), (lb, "CORRECTIONS", lb.CORRECTIONS - 1)]
+    for target, name, value in changes:
+        with monkeypatch.context() as m:
+            m.setattr(target, name, value)
+            compiled_step.cache_clear()
+            try:
+                assert compiled_step() is None, name
+                assert np.array_equal(minimize_bounded(_objective, x0, lower, upper, args), want)
+            finally:
+                compiled_step.cache_clear()
+    assert compiled_step() is not None

@@ -13,7 +13,8 @@ bounds, the objective evaluated once per distinct point. The iterates are theref
 (tests/models/test_lbfgsb.py compares the two on random fits of both objectives).
 
 `setulb`'s signature is scipy's own, not public API: it is used where scipy has the C routine of 1.15 and
-later (the signature read here); anywhere else the fit goes through `minimize`, as before.
+later (the signature read here) and only once it has taken `minimize`'s steps on a small problem; anywhere
+else the fit goes through `minimize`, as before.
 """
 
 from __future__ import annotations
@@ -32,15 +33,38 @@ _ASK_FG, _NEW_ITERATION, _STOP, _STOP_MAXITER, _STOP_MAXFUN = 3, 1, 5, 504, 502
 
 @functools.cache
 def compiled_step() -> Callable[..., None] | None:
-    """scipy's compiled L-BFGS-B step with the signature of scipy ≥ 1.15; None elsewhere. Looked up on the
-    first fit, not on import: `sim run` imports every policy module and few runs fit."""
+    """scipy's compiled L-BFGS-B step where it has the signature of scipy ≥ 1.15 and, on a small bounded
+    problem, takes `minimize`'s very steps (a scipy that changed it falls back to `minimize`, not to an error);
+    None elsewhere. Looked up on the first fit, not on import: `sim run` imports every policy module, few fit."""
     try:
         import scipy
+        import scipy.optimize
         from scipy.optimize import _lbfgsb
     except ImportError:
         return None
     major, minor = (int(p) for p in scipy.__version__.split(".")[:2])
-    return getattr(_lbfgsb, "setulb", None) if (major, minor) >= (1, 15) else None
+    step = getattr(_lbfgsb, "setulb", None) if (major, minor) >= (1, 15) else None
+    if step is None:
+        return None
+    x0, lower, upper = [-1.2, 1.0] * 3, [-2.0] * 6, [2.0, 2.0, np.inf, 0.8, 2.0, np.inf]
+    args = (np.ones(6),)
+    try:
+        ours = _drive(step, _probe, x0, np.array(lower), np.array(upper), args, FTOL, GTOL)
+    except Exception:  # any failure of a private routine means: do not use it
+        return None
+    want = scipy.optimize.minimize(_probe, np.array(x0), args=args, jac=True, method="L-BFGS-B",
+                                   bounds=list(zip(lower, upper, strict=True))).x
+    return step if np.array_equal(ours, want) else None
+
+
+def _probe(x: np.ndarray, c: np.ndarray) -> tuple[float, np.ndarray]:
+    """A bounded test problem for `compiled_step` that takes some 40 iterations, so every correction kept
+    counts: Rosenbrock's function towards `c`, and its gradient."""
+    f = float(np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (c[:-1] - x[:-1]) ** 2))
+    g = np.zeros_like(x)
+    g[:-1] += -400.0 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2.0 * (c[:-1] - x[:-1])
+    g[1:] += 200.0 * (x[1:] - x[:-1] ** 2)
+    return f, g
 
 
 def _bound_codes(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -54,14 +78,19 @@ def minimize_bounded(fun: Objective, x0: Sequence[float], lower: Sequence[float]
                      args: tuple[Any, ...], tol: float | None = None) -> np.ndarray:
     """The minimiser `scipy.optimize.minimize(fun, x0, args, jac=True, method="L-BFGS-B", bounds=..., tol=tol)`
     returns (`fun` gives the value and gradient; an infinite bound is none)."""
-    ftol, gtol = (FTOL, GTOL) if tol is None else (tol, tol)
     lo, hi = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
-    setulb = compiled_step()
-    if setulb is None:
+    step = compiled_step()
+    if step is None:
         import scipy.optimize
 
         return scipy.optimize.minimize(fun, np.asarray(x0, dtype=float), args=args, jac=True, method="L-BFGS-B",
                                        bounds=list(zip(lower, upper, strict=True)), tol=tol).x
+    return _drive(step, fun, x0, lo, hi, args, FTOL if tol is None else tol, GTOL if tol is None else tol)
+
+
+def _drive(step: Callable[..., None], fun: Objective, x0: Sequence[float], lo: np.ndarray, hi: np.ndarray,
+           args: tuple[Any, ...], ftol: float, gtol: float) -> np.ndarray:
+    """The reverse-communication loop around the compiled `step` (module docstring)."""
     n, m = len(lo), CORRECTIONS
     low, high, kind = _bound_codes(lo, hi)
     x = np.array(np.clip(np.asarray(x0, dtype=np.float64), lo, hi), dtype=np.float64)
@@ -76,8 +105,8 @@ def minimize_bounded(fun: Objective, x0: Sequence[float], lower: Sequence[float]
     factr = ftol / np.finfo(float).eps
     while True:
         g = g.astype(np.float64)
-        setulb(m, x, low, high, kind, f, g, factr, gtol, work, iwork, task, lsave, isave, dsave,
-               LINE_SEARCH_STEPS, ln_task)
+        step(m, x, low, high, kind, f, g, factr, gtol, work, iwork, task, lsave, isave, dsave, LINE_SEARCH_STEPS,
+             ln_task)
         if task[0] == _ASK_FG:
             if not np.array_equal(x, at):
                 at = x.copy()
