@@ -58,7 +58,22 @@ class ServiceProc:
         self.client: httpx.Client | None = None
 
     def start(self) -> ServiceProc:
-        self.port = free_port()
+        """Start the service on a free port. A port found free can be taken before the service binds it (a Ray
+        cluster's workers open ports all the time): then it is started again on another, at most 3 times."""
+        for attempt in range(3):
+            self._spawn(free_port())
+            try:
+                wait_for(self._healthy, 60, "service health")
+                return self
+            except AssertionError as e:
+                if "address already in use" not in str(e) or attempt == 2:
+                    raise
+        return self
+
+    def _spawn(self, port: int) -> None:
+        self.port = port
+        if self.client is not None:
+            self.client.close()
         env = {k: v for k, v in os.environ.items() if k != "ELASTISCHED_TOKEN"} | {"OMP_NUM_THREADS": "1"}
         if self.token is not None:
             env["ELASTISCHED_TOKEN"] = self.token
@@ -74,15 +89,13 @@ class ServiceProc:
         log.close()
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30,
                                    headers={"Authorization": f"Bearer {self.token}"} if self.token else {})
-        wait_for(self._healthy, 60, "service health")
-        return self
 
     def _healthy(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"service exited: {(self.tmp / 'service.log').read_text()[-3000:]}")
         try:
-            return self.client is not None and self.client.get("/healthz").status_code == 200
+            return self.client is not None and self.client.get("/healthz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
