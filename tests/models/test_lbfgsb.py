@@ -11,6 +11,7 @@ import scipy
 import scipy.optimize
 
 from elastisched.models.lbfgsb import compiled_step, minimize_bounded
+from elastisched.models.throughput import artifact_fit_start
 from elastisched.policies.pollux.goodput import _fit_constants, _objective
 from elastisched.policies.sia.goodput import _loss_grad
 
@@ -27,28 +28,15 @@ def _observations(rng: np.random.Generator) -> tuple[np.ndarray, ...]:
     return nodes, reps, bsz, accum, accum + rng.uniform(0.0, 0.3, k)
 
 
-def _pinned(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, accum: np.ndarray) -> Problem:
-    """The artifact's start and bounds, with what the observations cannot identify pinned (as both fits do)."""
-    x0, lower, upper = [1e-1, 1e-2] * 3 + [1.0 + 1e-3], [1e-8, 1e-8] * 3 + [1.0], [np.inf, np.inf] * 3 + [10.0]
-    if len(np.unique(bsz)) == 1:
-        x0[0] = lower[0] = upper[0] = float(np.mean(accum)) / 2
-    pins = (((2, 3),) if not np.any(nodes > 1) else ()) + (
-        ((4, 5),) if not np.any((nodes == 1) & (reps > 1)) else ()) + (((3, 5),) if not np.any(reps > 2) else ())
-    for group in pins:
-        for i in group:
-            x0[i] = upper[i] = lower[i]
-    return x0, lower, upper, ()
-
-
 def _pollux_problem(rng: np.random.Generator) -> Problem:
     nodes, reps, bsz, accum, step = _observations(rng)
-    x0, lower, upper, _ = _pinned(nodes, reps, bsz, accum)
+    x0, lower, upper = artifact_fit_start(nodes, reps, bsz, accum)
     return x0, lower, upper, _fit_constants(nodes, reps, bsz, accum, step)
 
 
 def _sia_problem(rng: np.random.Generator) -> Problem:
     nodes, reps, bsz, accum, step = _observations(rng)
-    x0, lower, upper, _ = _pinned(nodes, reps, bsz, accum)
+    x0, lower, upper = artifact_fit_start(nodes, reps, bsz, accum)
     return x0, lower, upper, (nodes, reps, bsz, np.log(accum), np.log(step))
 
 

@@ -138,6 +138,25 @@ def fit_pollux(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, step: np.nd
     return PolluxParams(*map(float, res.x))
 
 
+def artifact_fit_start(nodes: np.ndarray, reps: np.ndarray, bsz: np.ndarray, accum: np.ndarray
+                       ) -> tuple[list[float], list[float], list[float]]:
+    """(start, lower, upper) of (α_c, β_c, α_n, β_n, α_r, β_r, γ) for a fit to observations (Pollux artifact
+    `fit_perf_params`; Pollux's and Sia's fits): what the observations cannot identify is pinned to its lower
+    bound, α_c to half the mean `accum` time when one atomic batch `bsz` was seen; the network terms without a
+    multi-node run, the intra-node terms without a single-node multi-replica run, both β without a run of more
+    than two replicas."""
+    x0 = [1e-1, 1e-2] * 3 + [1.0 + 1e-3]
+    lower = [ARTIFACT_FLOOR] * 6 + [1.0]
+    upper = [np.inf] * 6 + [10.0]
+    if len(np.unique(bsz)) == 1:
+        x0[0] = lower[0] = upper[0] = float(np.mean(accum)) / 2
+    pinned = ((2, 3) if not np.any(nodes > 1) else ()) + ((4, 5) if not np.any((nodes == 1) & (reps > 1)) else ()) \
+        + ((3, 5) if not np.any(reps > 2) else ())
+    for i in pinned:
+        x0[i] = upper[i] = lower[i]
+    return x0, lower, upper
+
+
 FIT_VERSION = 1  # bump when fit_pollux changes: old cache entries are then ignored
 
 

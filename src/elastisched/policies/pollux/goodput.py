@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from elastisched.models.lbfgsb import minimize_bounded
-from elastisched.models.throughput import PolluxParams
+from elastisched.models.throughput import PolluxParams, artifact_fit_start
 
 EPS = 1e-8
 NUM_BATCH_CANDIDATES = 50  # np.geomspace default, as in the artifact
@@ -193,20 +193,7 @@ def fit_perf_params(num_nodes: np.ndarray, num_replicas: np.ndarray, atomic_bsz:
     bsz = np.asarray(atomic_bsz, dtype=float)
     ya = np.asarray(accum_step_time, dtype=float)
     yo = np.asarray(optim_step_time, dtype=float)
-    x0 = [1e-1, 1e-2] * 3 + [1.0 + 1e-3]
-    lower = [1e-8, 1e-8] * 3 + [1.0]
-    upper = [np.inf, np.inf] * 3 + [10.0]
-    if len(np.unique(bsz)) == 1:
-        x0[0] = lower[0] = upper[0] = float(np.mean(ya)) / 2
-    if not np.any(nodes > 1):
-        for i in (2, 3):
-            x0[i] = upper[i] = lower[i]
-    if not np.any((nodes == 1) & (reps > 1)):
-        for i in (4, 5):
-            x0[i] = upper[i] = lower[i]
-    if not np.any(reps > 2):
-        for i in (3, 5):
-            x0[i] = upper[i] = lower[i]
+    x0, lower, upper = artifact_fit_start(nodes, reps, bsz, ya)
     x = minimize_bounded(_objective, x0, lower, upper, _fit_constants(nodes, reps, bsz, ya, yo))
     p = [float(v) for v in x]
     if not np.any(nodes > 1):

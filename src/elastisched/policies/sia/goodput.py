@@ -31,7 +31,7 @@ import numpy as np
 
 from elastisched.models.lbfgsb import minimize_bounded
 from elastisched.models.profiles import ThroughputProfile
-from elastisched.models.throughput import PolluxParams
+from elastisched.models.throughput import PolluxParams, artifact_fit_start
 
 _LO = 1e-8
 _EPS = 1e-8
@@ -131,17 +131,7 @@ def fit_observed(points: tuple[tuple[int, int, float, float, float], ...]) -> Po
     nodes, reps, bsz, step, sync = arr.T
     log_compute = np.log(np.maximum(step - sync, 1e-6))
     compute = np.exp(log_compute)
-    x0 = np.array([1e-1, 1e-2] * 3 + [1.0 + 1e-3])
-    lo = np.array([_LO] * 6 + [1.0])
-    hi = np.array([np.inf] * 6 + [10.0])
-    if len(np.unique(bsz)) == 1:
-        x0[0] = lo[0] = hi[0] = float(np.mean(compute)) / 2
-    if not np.any(nodes > 1):
-        x0[2], hi[2], x0[3], hi[3] = lo[2], lo[2], lo[3], lo[3]
-    if not np.any((nodes == 1) & (reps > 1)):
-        x0[4], hi[4], x0[5], hi[5] = lo[4], lo[4], lo[5], lo[5]
-    if not np.any(reps > 2):
-        x0[3], hi[3], x0[5], hi[5] = lo[3], lo[3], lo[5], lo[5]
+    x0, lo, hi = (np.array(v) for v in artifact_fit_start(nodes, reps, bsz, compute))
     x = minimize_bounded(_loss_grad, x0, lo, hi, (nodes, reps, bsz, log_compute, np.log(step)), tol=1e-5)
     p = np.clip(x, lo, hi)
     if not np.any(nodes > 1):
