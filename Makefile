@@ -8,8 +8,9 @@ BIN := $(VENV)/bin
 OUT ?= results/quickstart
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+NATIVE_STAMP := $(VENV)/.installed-native
 
-.PHONY: run test venv lint bench clean
+.PHONY: run test venv lint bench native clean
 
 $(BIN)/python:
 	@echo "==> creating $(VENV)"
@@ -40,6 +41,16 @@ run: $(RUN_STAMP)
 test: venv
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest tests
+
+$(NATIVE_STAMP): pyproject.toml | $(RUN_STAMP)
+	@echo "==> installing Cython into $(VENV) for the compiled core"
+	$(BIN)/pip install --progress-bar on -e '.[native]'
+	@touch $@
+
+## make native: the compiled core (optional; needs a C compiler): the simulator's hot modules compiled by Cython
+## from their unchanged source, the same results with less CPU (docs/scale.md); ELASTISCHED_NATIVE=0 switches it off
+native: $(NATIVE_STAMP)
+	$(BIN)/python -m elastisched.native build
 
 bench: venv
 	$(BIN)/python benchmarks/sim_speed.py --out results/bench

@@ -9,6 +9,7 @@ slowed by the shared machine, not the code), every run's CPU and wall seconds re
 the short pure-Python yardstick of `sim_speed.py` timed just before it.
 
 Per run: `cpu_s` / `wall_s` of `simulate()` alone (the headline), `load_cpu_s` (generating the workload),
+`compiled_modules` (how many modules the compiled core served, `elastisched.native`; 0 = all from source),
 `peak_rss_mib` (the whole process: workload, simulation and results), `policy_s` (wall seconds inside the
 policy's `schedule`, summed over rounds: the part the simulator cannot make cheaper), rounds, events, mean JCT
 and queueing delay.
@@ -40,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _one(case: tuple[str, int, int, str, str | None]) -> dict[str, Any]:
     """One replay in this (fresh) process."""
     policy, jobs, seed, cluster, profiles = case
+    from elastisched import native
     from elastisched.models import PerfModels
     from elastisched.policies.base import make_policy
     from elastisched.sim import SimConfig, Simulator, young_gc_only
@@ -62,7 +64,8 @@ def _one(case: tuple[str, int, int, str, str | None]) -> dict[str, Any]:
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "policy_s": float(sum(sim.latencies)), "rounds": s["rounds"],
             "events": s["events"], "finished": s["n_finished"], "avg_jct": s["avg_jct"],
-            "avg_queue": s["avg_queue"], "decision_ms_p99": s["decision_ms_p99"]}
+            "avg_queue": s["avg_queue"], "decision_ms_p99": s["decision_ms_p99"],
+            "compiled_modules": len(native.loaded())}
 
 
 def _case(case: tuple[str, int, int, str, str | None], repeat: int) -> dict[str, Any]:

@@ -28,9 +28,11 @@ Schemas (besides each section's provenance: measured_at, commit, blas_threads, c
 - `replay`: {workload, cluster, profiles, seed, repeat, runs: [{policy, jobs, seed, cluster, gpus, gpu_types,
   cpu_s, wall_s (simulate() alone: the headline), load_cpu_s (generating the workload), peak_rss_mib (the whole
   process), policy_s (inside policy.schedule, all rounds), rounds, events, finished, avg_jct, avg_queue,
-  decision_ms_p99, yardstick_s, cpu_samples, wall_samples, rss_samples, yardstick_samples}], growth: {policy:
+  decision_ms_p99, compiled_modules (0: every module from source), yardstick_s, cpu_samples, wall_samples,
+  rss_samples, yardstick_samples}], growth: {policy:
   {slope (of log CPU on log jobs; 1 = linear), cpu_us_per_job: {jobs: µs}}}, targets: {jobs, cpu_s,
-  peak_rss_mib}, met: {policy: bool}, load_average};
+  peak_rss_mib}, met: {policy: bool}, load_average}; `replay_compiled`: the same, measured with the compiled
+  core (`make native`, then `--sections replay --key-suffix _compiled`);
 - `decisions`: {points: [{policy, gpus, jobs, p50_s, p99_s, cpu_p99_s, budget_s (None: no time budget)}], …};
 - `philly`: {runs: [{policy, cluster, jobs, cpu_s, wall_s, peak_rss_mib, avg_jct}], …}.
 """
@@ -80,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"comma-separated sections to measure (default: all of {', '.join(SECTIONS)})")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON file to update (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="small sizes only (a smoke run; do not commit its JSON)")
+    p.add_argument("--key-suffix", default="",
+                   help="store each section under its name + this suffix, keeping the one measured before (e.g. "
+                        "`--sections replay --key-suffix _compiled` after `make native`)")
     return p
 
 
@@ -101,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         result = module.run(args)
         if args.quick:
             result["quick"] = True
-        data[name] = {**_provenance(), **result}
+        data[name + args.key_suffix] = {**_provenance(), **result}
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")  # after each section: nothing lost
     print(f"wrote {out}")

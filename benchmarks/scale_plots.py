@@ -2,7 +2,8 @@
 
 One PNG per figure, for every section the JSON holds (schemas in scale.py's docstring):
 - replay:    `replay_cpu.png` (simulation CPU against jobs, per policy, log-log, with the linear slope through
-             the smallest size and the 60 s target) and `replay_rss.png` (peak RSS against jobs, 2 GiB target);
+             the smallest size and the 60 s target) and `replay_rss.png` (peak RSS against jobs, 2 GiB target),
+             dashed with the compiled core where `replay_compiled` was measured;
 - decisions: `decisions.png` (p99 decision CPU against GPUs, per policy, active jobs growing with GPUs, the
              1 s target; a point decided under a time budget is drawn hollow);
 - philly:    `philly.png` (CPU seconds per policy and cluster on the full Philly trace, the 10 min target, and
@@ -36,17 +37,19 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def replay(section: dict[str, Any], out: Path) -> list[Path]:
-    runs = section["runs"]
+def replay(section: dict[str, Any], out: Path, compiled: dict[str, Any] | None = None) -> list[Path]:
+    """Per policy, from source (solid) and, when measured (`replay_compiled`), with the compiled core (dashed)."""
+    series = [(section["runs"], "", "o-")] + ([(compiled["runs"], " (compiled)", "s--")] if compiled else [])
     target = section.get("targets", {})
     paths = []
     for key, name, label, limit in (("cpu_s", "replay_cpu.png", "simulation CPU (s)", target.get("cpu_s")),
                                     ("peak_rss_mib", "replay_rss.png", "peak RSS (MiB)", target.get("peak_rss_mib"))):
         fig, ax = plt.subplots(figsize=(6, 4))
-        for policy in dict.fromkeys(r["policy"] for r in runs):
+        for runs, suffix, style, policy in ((r, x, st, p) for r, x, st in series
+                                            for p in dict.fromkeys(run["policy"] for run in r)):
             pts = sorted((r["jobs"], r[key]) for r in runs if r["policy"] == policy)
-            ax.plot([j for j, _ in pts], [v for _, v in pts], "o-", label=policy)
-            if key == "cpu_s" and len(pts) > 1:  # linear growth from the smallest size, for comparison
+            ax.plot([j for j, _ in pts], [v for _, v in pts], style, label=policy + suffix)
+            if key == "cpu_s" and len(pts) > 1 and not suffix:  # linear growth from the smallest size
                 j0, v0 = pts[0]
                 ax.plot([j0, pts[-1][0]], [v0, v0 * pts[-1][0] / j0], ":", color="grey", linewidth=1)
         if limit:
@@ -108,8 +111,10 @@ def _options(run: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(opts.items()))
 
 
-PLOTS: dict[str, Callable[[dict[str, Any], Path], list[Path]]] = {
-    "replay": replay, "decisions": decisions, "philly": philly}
+PLOTS: dict[str, Callable[[dict[str, Any], Path], list[Path]]] = {  # section -> its plots, from the whole JSON
+    "replay": lambda data, out: replay(data["replay"], out, data.get("replay_compiled")),
+    "decisions": lambda data, out: decisions(data["decisions"], out),
+    "philly": lambda data, out: philly(data["philly"], out)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for name, plot in PLOTS.items():
         if name in data:
-            for path in plot(data[name], args.out):
+            for path in plot(data, args.out):
                 print(f"wrote {path}")
     return 0
 

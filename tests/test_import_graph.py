@@ -218,7 +218,7 @@ def test_every_ruled_package_exists(package: str) -> None:
 ENTRY_POINTS = ("elastisched.cli.main", "elastisched.__main__", "elastisched.cli.__main__",
                 "elastisched.service.__main__", "elastisched.train", "elastisched.train.commands",
                 "elastisched.train._entry", "elastisched.train._standby", "elastisched.backends._wrap",
-                "elastisched.backends._argv", "elastisched.backends._slurm_rank")
+                "elastisched.backends._argv", "elastisched.backends._slurm_rank", "elastisched.native.__main__")
 #: imports by name (importlib), each a registry or a lazy export table: importer -> what it may import
 DYNAMIC = {
     "elastisched.policies.base": "elastisched.policies.",  # make_policy / registered(): every policy module

@@ -1,12 +1,17 @@
 """elastisched: elastic scheduling of deep-learning training on shared GPU clusters.
 
 The Python API (docs/python.md): `elastisched.simulate`, `elastisched.compare`, `elastisched.sweep`, loaded on
-first use so that `import elastisched` (and the command's start-up) costs nothing.
+first use so that `import elastisched` (and the command's start-up) costs nothing. Importing it installs the
+compiled core's import hook when a build exists (`elastisched.native`), before any other module is imported.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from elastisched import native as _native
+
+_native.install()
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "compare", "simulate", "sweep"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from elastisched import __version__
+from elastisched import __version__, native
 from elastisched.core.nodes import node_set
 from elastisched.core.types import JobPhase, NodeView, PendingReason
 from elastisched.engine.jobstate import JobState
@@ -202,7 +202,7 @@ def collect(sim: RunRecord, wall: float) -> SimResult:
         "rounds": len(sim.latencies) + sim.rounds_skipped, "events": sim.events,
         "decision_ms_p50": _pct(lat, 50), "decision_ms_p99": _pct(lat, 99),
         "decision_ms_max": float(lat.max()) if len(lat) else 0.0,
-        "wall_seconds": wall, "seed": sim.cfg.seed, "version": __version__,
+        "wall_seconds": wall, "compiled_modules": native.loaded(), "seed": sim.cfg.seed, "version": __version__,
         "length_estimate": str(sim.cfg.length_estimate),
         "cluster": {"nodes": len(sim.train_nodes), "gpus": train.total_gpus, "types": sorted(train.capacity)},
         "policy_config": {"interval": sim.policy.interval, **sim.ctx.options},
