@@ -39,7 +39,12 @@ def _save(fig: Any, path: Path) -> Path:
 
 def replay(section: dict[str, Any], out: Path, compiled: dict[str, Any] | None = None) -> list[Path]:
     """Per policy, from source (solid) and, when measured (`replay_compiled`), with the compiled core (dashed)."""
-    series = [(section["runs"], "", "o-")] + ([(compiled["runs"], " (compiled)", "s--")] if compiled else [])
+    def when(sec: dict[str, Any]) -> str:  # (two sections may be measured hours apart, on a machine that varies)
+        return str(sec.get("measured_at", "?"))[:16].replace("T", " ")
+
+    series = [(section["runs"], f" (source, {when(section)})" if compiled else "", "o-")]
+    if compiled:
+        series.append((compiled["runs"], f" (compiled, {when(compiled)})", "s--"))
     target = section.get("targets", {})
     paths = []
     for key, name, label, limit in (("cpu_s", "replay_cpu.png", "simulation CPU (s)", target.get("cpu_s")),
@@ -49,7 +54,7 @@ def replay(section: dict[str, Any], out: Path, compiled: dict[str, Any] | None =
                                             for p in dict.fromkeys(run["policy"] for run in r)):
             pts = sorted((r["jobs"], r[key]) for r in runs if r["policy"] == policy)
             ax.plot([j for j, _ in pts], [v for _, v in pts], style, label=policy + suffix)
-            if key == "cpu_s" and len(pts) > 1 and not suffix:  # linear growth from the smallest size
+            if key == "cpu_s" and len(pts) > 1 and style == "o-":  # linear growth from the smallest size
                 j0, v0 = pts[0]
                 ax.plot([j0, pts[-1][0]], [v0, v0 * pts[-1][0] / j0], ":", color="grey", linewidth=1)
         if limit:
@@ -59,7 +64,7 @@ def replay(section: dict[str, Any], out: Path, compiled: dict[str, Any] | None =
         ax.set_xlabel("jobs (philly:jobs=N)")
         ax.set_ylabel(label)
         ax.set_title(f"replay on {section.get('cluster', '?')}" + (" (dotted: linear)" if key == "cpu_s" else ""))
-        ax.legend()
+        ax.legend(fontsize=7)
         paths.append(_save(fig, out / name))
     return paths
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for name, state in finder.status().items():
         print(f"{state:9s} {name}")
+    if os.environ.get(OFF_ENV) == "0":
+        print(f"(switched off here by {OFF_ENV}=0: every module is imported from its source)")
     return 0
 
 

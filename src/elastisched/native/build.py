@@ -57,8 +57,11 @@ def build(dest: Path | None = None, modules: Sequence[str] = MODULES, jobs: int 
         entries = {}
         for name in modules:
             built = Path(cmd.get_ext_fullpath(name))
-            shutil.copyfile(built, dest / f"{name}{built.name[built.name.index('.'):]}")
-            entries[name] = {"file": f"{name}{built.name[built.name.index('.'):]}", "sha256": digests[name]}
+            file = f"{name}{built.name[built.name.index('.'):]}"
+            # a new file, not the old one overwritten: a running process may have the old one mapped
+            shutil.copyfile(built, dest / (file + ".part"))
+            (dest / (file + ".part")).replace(dest / file)
+            entries[name] = {"file": file, "sha256": digests[name]}
     manifest = {"ext_suffix": importlib.machinery.EXTENSION_SUFFIXES[0], "cython": Cython.__version__,
                 "modules": entries}
     part = dest / (MANIFEST + ".part")
