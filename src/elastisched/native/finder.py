@@ -11,7 +11,6 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 
 def source_digest(source: bytes) -> str:
@@ -47,41 +46,37 @@ class CompiledFinder(importlib.abc.MetaPathFinder):
             return None
         return cls(manifest.parent, dict(data.get("modules", {})))
 
+    def state(self, fullname: str, path: Sequence[str] | None) -> str:
+        """"compiled" (the extension of an unchanged source), "stale" (the source, as the path finder would import
+        it from `path`, changed since the build) or "missing" (no extension file, or no source)."""
+        entry = self.modules[fullname]
+        source = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if source is None or not source.origin or not (self.directory / entry["file"]).is_file():
+            return "missing"
+        return "compiled" if source_digest(Path(source.origin).read_bytes()) == entry["sha256"] else "stale"
+
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
                   ) -> importlib.machinery.ModuleSpec | None:
-        entry = self.modules.get(fullname)
-        if entry is None:
+        if fullname not in self.modules:
             return None
-        built = self.directory / entry["file"]
-        source = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if source is None or not source.origin or not built.is_file():
+        state = self.state(fullname, path)
+        if state == "stale" and fullname not in self.stale:
+            self.stale.add(fullname)
+            warnings.warn(f"elastisched: {fullname} changed since the compiled core was built; importing its "
+                          f"source (rebuild with `make native`)", stacklevel=2)
+        if state != "compiled":
             return None
-        if source_digest(Path(source.origin).read_bytes()) != entry["sha256"]:
-            if fullname not in self.stale:
-                self.stale.add(fullname)
-                warnings.warn(f"elastisched: {fullname} changed since the compiled core was built; importing its "
-                              f"source (rebuild with `make native`)", stacklevel=2)
-            return None
+        built = self.directory / self.modules[fullname]["file"]
         loader = importlib.machinery.ExtensionFileLoader(fullname, str(built))
         spec = importlib.util.spec_from_file_location(fullname, built, loader=loader)
         if spec is not None:
             self.loaded.add(fullname)
         return spec
 
-    def status(self) -> dict[str, Any]:
-        """Per module of the build: "compiled", "stale" (its source changed) or "missing" (no extension file)."""
-        out: dict[str, Any] = {}
-        for name, entry in sorted(self.modules.items()):
-            spec = importlib.util.find_spec(name.rpartition(".")[0])
-            paths = spec.submodule_search_locations if spec is not None else None
-            source = importlib.machinery.PathFinder.find_spec(name, paths)
-            if not (self.directory / entry["file"]).is_file():
-                out[name] = "missing"
-            elif source is None or not source.origin or \
-                    source_digest(Path(source.origin).read_bytes()) != entry["sha256"]:
-                out[name] = "stale"
-            else:
-                out[name] = "compiled"
+    def status(self) -> dict[str, str]:
+        """`state` of each module of the build, by name (the parent packages are imported to find the sources)."""
+        out: dict[str, str] = {}
+        for name in sorted(self.modules):
+            parent = importlib.util.find_spec(name.rpartition(".")[0])
+            out[name] = self.state(name, parent.submodule_search_locations if parent is not None else None)
         return out
-
-
