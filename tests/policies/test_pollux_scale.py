@@ -3,6 +3,8 @@ the vectorised goodput tables, the time budget and quiet rounds."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from elastisched.core.cluster import parse_cluster
 from elastisched.core.types import Allocation, ClusterSnapshot, JobPhase, JobSpec, JobView
 from elastisched.models.throughput import PolluxParams
 from elastisched.policies.base import PolicyContext, make_policy
+from elastisched.policies.pollux.beliefs import FitKey, PolluxBeliefs
 from elastisched.policies.pollux.ga import P_NORM, AllocationProblem
 from elastisched.policies.pollux.goodput import GoodputFunction, optimize_many
 from elastisched.policies.pollux.nsga import search
@@ -111,6 +114,53 @@ def test_optimize_many_equals_the_per_job_optimisation(models: object) -> None:
         a = apps[k]
         g1, a1, c1 = fns[k].optimize(n, r, a.max_batch_size, (a.min_local_bsz, a.max_local_bsz))
         assert (g1[0], a1[0], c1[0]) == (good[i], atomic[i], accum[i])
+
+
+def _fns(models: object, rng: np.random.Generator, names: tuple[str, ...]) -> tuple[list[GoodputFunction], list]:
+    fns, apps = [], []
+    for name in names:
+        app = models.app(name)  # type: ignore[attr-defined]
+        perf = PolluxParams(*(rng.random(6) * 0.1 + 1e-3), 1.0 + rng.random())
+        fns.append(GoodputFunction(perf, rng.random(), rng.random() * 10, app.init_batch_size))
+        apps.append(app)
+    return fns, apps
+
+
+def test_speedup_tables_keep_their_batch_candidates_across_new_statistics(models: object) -> None:
+    """A job whose fit and size are unchanged keeps its batch candidates (only the statistics' part is redone);
+    every table equals the per-job optimisation, whichever jobs reused theirs."""
+    rng = np.random.default_rng(3)
+    fns, apps = _fns(models, rng, ("cifar10", "bert", "imagenet", "yolov3", "cifar10"))
+    ids = [f"j{k}" for k in range(len(fns))]
+    jobs = [SimpleNamespace(job_id=j) for j in ids]
+    beliefs = PolluxBeliefs()
+    for j in ids:
+        beliefs.belief(j)
+    maxr = np.array([8, 16, 4, 32, 12])
+    beliefs.speedups(jobs, dict(zip(ids, apps, strict=True)), dict(zip(ids, fns, strict=True)), maxr, 1, 3)  # type: ignore[arg-type]
+    kept = [beliefs.jobs[j].cand for j in ids]
+    new = list(fns)
+    new[0] = GoodputFunction(fns[0].perf, rng.random(), rng.random() * 10, fns[0].init_batch_size)  # statistics
+    new[1] = GoodputFunction(fns[1].perf, rng.random(), rng.random() * 10, fns[1].init_batch_size)
+    new[2] = _fns(models, rng, ("imagenet",))[0][0]  # a new fit
+    maxr[3] = 20  # another size
+    table = beliefs.speedups(jobs, dict(zip(ids, apps, strict=True)), dict(zip(ids, new, strict=True)), maxr, 2, 5)  # type: ignore[arg-type]
+    assert [beliefs.jobs[j].cand is c for j, c in zip(ids, kept, strict=True)] == [True, True, False, False, True]
+    for i, (fn, a) in enumerate(zip(new, apps, strict=True)):
+        limits = (a.min_local_bsz, a.max_local_bsz)
+        base = fn.optimize(2, 5, a.max_batch_size, limits)[0][0]
+        for r in range(1, int(maxr[i]) + 1):
+            one = fn.optimize(1, r, a.max_batch_size, limits)[0][0]
+            more = fn.optimize(2, r, a.max_batch_size, limits)[0][0] if r >= 2 else one
+            assert (table[i, 0, r], table[i, 1, r]) == (one / base, more / base)
+
+
+def test_fit_keys_hash_once_and_match_their_tuples() -> None:
+    obs = tuple(((1, r, 32), (0.1 * r, 0.2 * r)) for r in range(1, 200))
+    key = FitKey(("cifar10", obs))
+    assert key == ("cifar10", obs) and hash(key) == hash(("cifar10", obs)) == hash(key)
+    assert {("cifar10", obs): "fit"}[key] == "fit" and key[0] == "cifar10"
+    assert FitKey(("bert", obs)) != key
 
 
 def test_a_search_out_of_budget_returns_its_best_so_far() -> None:

@@ -8,7 +8,9 @@ round may not redo per-job work for jobs that did not change).
   until the deadline; a job left unfitted keeps its previous fit (or, never fitted, the linear-scaling belief
   of a job that has not run) and is fitted in a later round.
 - Goodput tables and batch sizes are computed for all jobs that need them in one vectorised call
-  (`goodput.optimize_many`), and kept per job while their inputs are unchanged.
+  (`goodput.optimize_many`), and kept per job while their inputs are unchanged. A table's batch candidates and
+  their throughput (`goodput.Candidates`) depend on the fit alone, so they are kept while the job's fit and
+  table size are: a new epoch's gradient statistics redo only the efficiency part (the same arithmetic).
 """
 
 from __future__ import annotations
@@ -22,10 +24,31 @@ import numpy as np
 from elastisched.core.types import JobView
 from elastisched.models.application import Application
 from elastisched.models.throughput import PolluxParams
-from elastisched.policies.pollux.goodput import GoodputFunction, fit_perf_params, optimize_many
+from elastisched.policies.pollux.goodput import (
+    Candidates,
+    GoodputFunction,
+    best_candidates,
+    candidates,
+    fit_perf_params,
+    optimize_many,
+)
 
 Obs = dict[tuple[int, int, int], tuple[float, float]]
 MAX_FITS_KEPT = 20_000  # the fit memo is cleared when it grows past this
+
+
+class FitKey(tuple):  # type: ignore[type-arg]
+    """(application, observations): the fit memo's key, hashed once. A job's observations can number hundreds,
+    and a fit a budget deferred is looked up again every round until it is made."""
+
+    _hash: int
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = h = tuple.__hash__(self)
+            return h
 
 
 @dataclass
@@ -45,6 +68,8 @@ class JobBelief:
     fn_of: tuple[Any, ...] = (None, None)
     raw_key: tuple[Any, ...] | None = None  # (params, grad, max replicas) of `raw`
     raw: np.ndarray | None = None  # (2, max replicas + 1) goodput on r replicas (1 node, more)
+    cand_key: tuple[Any, ...] | None = None  # (params, max replicas, application) of `cand`
+    cand: Candidates | None = None  # the batch candidates of `raw`'s queries (they outlive a change of statistics)
     base_key: tuple[Any, ...] | None = None
     base: float = 1.0  # goodput at the fair share
     stale_since: int | None = None  # round since which its fit lags its observations (a budget deferred it)
@@ -84,7 +109,7 @@ class PolluxBeliefs:
         n = len(obs) if obs else 0
         if n != b.n_obs or (b.want_key is not None and app is not None and b.want_key[0] != app.name):
             b.n_obs = n
-            b.want_key = (app.name, tuple(sorted(obs.items()))) if obs and app is not None else None
+            b.want_key = FitKey((app.name, tuple(sorted(obs.items())))) if obs and app is not None else None
             b.seen = max((k[1] for k in obs), default=0) if obs else 0
         return b
 
@@ -169,26 +194,29 @@ class PolluxBeliefs:
     def _compute(raw_need: list[tuple[JobBelief, GoodputFunction, Application, int]],
                  base_need: list[tuple[JobBelief, GoodputFunction, Application]], fair_nodes: int,
                  fair_reps: int) -> None:
-        """Fill the raw tables and fair-share goodputs asked for, in one vectorised call."""
+        """Fill the raw tables and fair-share goodputs asked for, in one vectorised call over their batch
+        candidates (a raw table's kept while its fit and size are: `_candidates`)."""
         fns = [x[1] for x in raw_need] + [x[1] for x in base_need]
         if not fns:
             return
-        apps = [x[2] for x in raw_need] + [x[2] for x in base_need]
-        reps = [np.arange(1, m + 1) for _, _, _, m in raw_need]
-        q_fn = np.concatenate([np.full(2 * len(r), k) for k, r in enumerate(reps)] + [
-            np.arange(len(raw_need), len(fns))]).astype(np.intp)
-        q_nodes = np.concatenate([np.concatenate([np.ones(len(r)), np.full(len(r), 2.0)]) for r in reps]
-                                 + [np.full(len(base_need), float(fair_nodes))])
-        q_reps = np.concatenate([np.concatenate([r, r]).astype(float) for r in reps]
-                                + [np.full(len(base_need), float(fair_reps))])
-        good, _, _ = optimize_many(fns, apps, q_fn, q_nodes, q_reps)
+        _candidates([x for x in raw_need if x[0].cand_key is None or x[0].cand_key[0] is not x[1].perf
+                     or x[0].cand_key[1] != x[3] or x[0].cand_key[2] is not x[2]])
+        parts = [b.cand for b, _, _, _ in raw_need]
+        if base_need:
+            parts.append(candidates([x[1] for x in base_need], [x[2] for x in base_need], np.arange(len(base_need)),
+                                    np.full(len(base_need), float(fair_nodes)),
+                                    np.full(len(base_need), float(fair_reps))))
+        per_query = [2 * m for _, _, _, m in raw_need] + [1] * len(base_need)
+        sqr, var = np.repeat(np.array([[f.grad_sqr, f.grad_var] for f in fns], dtype=float), per_query, axis=0).T
+        good, _, _ = best_candidates(Candidates.join(parts), sqr, var)  # type: ignore[arg-type]
         pos = 0
-        for (b, _, _, m), r in zip(raw_need, reps, strict=True):
+        for b, _, _, m in raw_need:
             g1, g2 = good[pos: pos + m], good[pos + m: pos + 2 * m]
             pos += 2 * m
             raw = np.zeros((2, m + 1))
             raw[0, 1:] = g1
-            raw[1, 1:] = np.where(r >= 2, g2, g1)
+            raw[1, 1:] = g2
+            raw[1, 1] = g1[0]  # one replica is one node
             b.raw = raw
         for k, (b, _, _) in enumerate(base_need):
             b.base = float(good[pos + k])
@@ -220,3 +248,19 @@ class PolluxBeliefs:
                 if b is not None:
                     b.batches[(nodes, reps)] = batch
         return out
+
+
+def _candidates(need: list[tuple[JobBelief, GoodputFunction, Application, int]]) -> None:
+    """The batch candidates of each job's raw table (1..m replicas on one node, then on two), made in one call
+    and kept on its belief with what they were made of."""
+    if not need:
+        return
+    reps = [np.arange(1, m + 1) for _, _, _, m in need]
+    q_fn = np.concatenate([np.full(2 * len(r), k) for k, r in enumerate(reps)]).astype(np.intp)
+    q_nodes = np.concatenate([np.concatenate([np.ones(len(r)), np.full(len(r), 2.0)]) for r in reps])
+    q_reps = np.concatenate([np.concatenate([r, r]).astype(float) for r in reps])
+    c = candidates([x[1] for x in need], [x[2] for x in need], q_fn, q_nodes, q_reps)
+    pos = 0
+    for b, fn, app, m in need:
+        b.cand, b.cand_key = c.columns(pos, pos + 2 * m), (fn.perf, m, app)
+        pos += 2 * m

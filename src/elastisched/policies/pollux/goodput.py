@@ -25,7 +25,7 @@ autograd); L-BFGS-B from the artifact's starting point.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -90,17 +90,38 @@ class GoodputFunction:
         return good[best, cols], atomic[best, cols], accum[best, cols]
 
 
-def optimize_many(fns: list[GoodputFunction], apps: list[Any], which: np.ndarray, num_nodes: np.ndarray,
-                  num_replicas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`GoodputFunction.optimize` for many jobs at once: query k asks job `which[k]` (its goodput function
-    `fns[...]`, its application's batch limits `apps[...]`) about (`num_nodes[k]`, `num_replicas[k]`).
-    Returns the best (goodput, atomic batch, accumulation steps) per query, by the same arithmetic."""
+class Candidates(NamedTuple):
+    """The 50 batch candidates of K queries (arrays (50, K)) and what goodput reads of them that does not depend
+    on gradient statistics: a job's fit lasts many rounds while its statistics move with every epoch, so these
+    are kept per job (`beliefs.PolluxBeliefs.speedups`) and only `best_candidates` is redone."""
+
+    total: np.ndarray  # global batch R · b · (a + 1)
+    thr: np.ndarray  # THROUGHPUT, samples per second
+    atomic: np.ndarray  # b
+    accum: np.ndarray  # a
+    valid: np.ndarray  # b within the application's limits
+    init: np.ndarray  # (K,) M₀
+
+    def columns(self, a: int, b: int) -> Candidates:
+        """Queries a..b−1 (views)."""
+        return Candidates(*(x[:, a:b] for x in self[:5]), self.init[a:b])
+
+    @staticmethod
+    def join(parts: list[Candidates]) -> Candidates:
+        """The queries of `parts`, one after another."""
+        return Candidates(*(np.concatenate([p[i] for p in parts], axis=1) for i in range(5)),
+                          np.concatenate([p.init for p in parts]))
+
+
+def candidates(fns: list[GoodputFunction], apps: list[Any], which: np.ndarray, num_nodes: np.ndarray,
+               num_replicas: np.ndarray) -> Candidates:
+    """The batch candidates of `optimize_many`'s queries and their throughput (only the fit and the limits)."""
     which = np.asarray(which, dtype=np.intp)
     cols = np.array([[f.perf.alpha_c, f.perf.beta_c, f.perf.alpha_n, f.perf.beta_n, f.perf.alpha_r, f.perf.beta_r,
-                      f.perf.gamma, f.grad_sqr, f.grad_var, f.init_batch_size, a.max_batch_size, a.min_local_bsz,
-                      a.max_local_bsz] for f, a in zip(fns, apps, strict=True)], dtype=float)[which].T
+                      f.perf.gamma, f.init_batch_size, a.max_batch_size, a.min_local_bsz, a.max_local_bsz]
+                     for f, a in zip(fns, apps, strict=True)], dtype=float)[which].T
     perf = PolluxParams(*cols[:7])  # array-valued fields: the one formula, broadcast over the queries
-    sqr, var, init, max_batch, lo, hi = cols[7:]
+    init, max_batch, lo, hi = cols[7:]
     nodes, reps = np.asarray(num_nodes, dtype=float), np.asarray(num_replicas, dtype=float)
     batch = np.geomspace(np.maximum(init, lo * reps), max_batch, NUM_BATCH_CANDIDATES)  # (50, K)
     local = batch / reps
@@ -110,14 +131,29 @@ def optimize_many(fns: list[GoodputFunction], apps: list[Any], which: np.ndarray
     ta = perf.compute_time(atomic.astype(float))
     to = perf.step_time(ta, perf.network_time(nodes, reps, "artifact"), "artifact")  # type: ignore[arg-type]
     total = reps * atomic * (accum + 1)
-    scale = total / init
+    return Candidates(total, total / (accum * ta + to), atomic, accum, (lo <= atomic) & (atomic <= hi), init)
+
+
+def best_candidates(c: Candidates, sqr: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The best (goodput, atomic batch, accumulation steps) per query of `c`, given each query's gradient
+    statistics: THROUGHPUT × EFFICIENCY, the artifact's arithmetic in its order."""
+    scale = c.total / c.init
     denom = var / scale + sqr
     gain = np.where(denom > 0, (var + sqr) / np.where(denom > 0, denom, 1.0), 1.0)
-    good = total / (accum * ta + to) * (gain / scale)
-    good = np.where((lo <= atomic) & (atomic <= hi), good, 0.0)
+    good = np.where(c.valid, c.thr * (gain / scale), 0.0)
     best = np.argmax(good, axis=0)
     k = np.arange(good.shape[1])
-    return good[best, k], atomic[best, k], accum[best, k]
+    return good[best, k], c.atomic[best, k], c.accum[best, k]
+
+
+def optimize_many(fns: list[GoodputFunction], apps: list[Any], which: np.ndarray, num_nodes: np.ndarray,
+                  num_replicas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`GoodputFunction.optimize` for many jobs at once: query k asks job `which[k]` (its goodput function
+    `fns[...]`, its application's batch limits `apps[...]`) about (`num_nodes[k]`, `num_replicas[k]`).
+    Returns the best (goodput, atomic batch, accumulation steps) per query, by the same arithmetic."""
+    which = np.asarray(which, dtype=np.intp)
+    sqr, var = np.array([[f.grad_sqr, f.grad_var] for f in fns], dtype=float).reshape(-1, 2)[which].T
+    return best_candidates(candidates(fns, apps, which, num_nodes, num_replicas), sqr, var)
 
 
 def speedup_table(fn: GoodputFunction, max_replicas: int, max_batch_size: int, atomic_bsz_range: tuple[int, int],
