@@ -161,6 +161,7 @@ def test_fit_keys_hash_once_and_match_their_tuples() -> None:
     assert key == ("cifar10", obs) and hash(key) == hash(("cifar10", obs)) == hash(key)
     assert {("cifar10", obs): "fit"}[key] == "fit" and key[0] == "cifar10"
     assert FitKey(("bert", obs)) != key
+    assert key._hash == hash(("cifar10", obs))  # kept from the first hash on
 
 
 def test_a_search_out_of_budget_returns_its_best_so_far() -> None:

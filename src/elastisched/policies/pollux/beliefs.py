@@ -38,8 +38,8 @@ MAX_FITS_KEPT = 20_000  # the fit memo is cleared when it grows past this
 
 
 class FitKey(tuple):  # type: ignore[type-arg]
-    """(application, observations): the fit memo's key, hashed once. A job's observations can number hundreds,
-    and a fit a budget deferred is looked up again every round until it is made."""
+    """(application, observations): the fit memo's key, hashed once. A job's observations number up to ~180 on
+    a long trace, and a fit a budget deferred is looked up again every round until it is made."""
 
     _hash: int
 
@@ -199,8 +199,7 @@ class PolluxBeliefs:
         fns = [x[1] for x in raw_need] + [x[1] for x in base_need]
         if not fns:
             return
-        _candidates([x for x in raw_need if x[0].cand_key is None or x[0].cand_key[0] is not x[1].perf
-                     or x[0].cand_key[1] != x[3] or x[0].cand_key[2] is not x[2]])
+        _candidates([x for x in raw_need if not _candidates_hold(*x)])
         parts = [b.cand for b, _, _, _ in raw_need]
         if base_need:
             parts.append(candidates([x[1] for x in base_need], [x[2] for x in base_need], np.arange(len(base_need)),
@@ -248,6 +247,11 @@ class PolluxBeliefs:
                 if b is not None:
                     b.batches[(nodes, reps)] = batch
         return out
+
+
+def _candidates_hold(b: JobBelief, fn: GoodputFunction, app: Application, m: int) -> bool:
+    """Whether the job's kept candidates were made of this very fit and application, for `m` replicas."""
+    return b.cand_key is not None and b.cand_key[0] is fn.perf and b.cand_key[1] == m and b.cand_key[2] is app
 
 
 def _candidates(need: list[tuple[JobBelief, GoodputFunction, Application, int]]) -> None:
