@@ -58,3 +58,37 @@ def test_step_sync_equals_numpy_path(monkeypatch: pytest.MonkeyPatch) -> None:
                     assert m._step_sync(shape, b) == _numpy_step_sync(m, shape, b), (name, shape, b)
                     n += 1
     assert n > 1000
+
+
+def test_step_syncs_equal_step_sync_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`step_syncs` (an interpolation query put once for every placement that shares it: spreads over more than
+    16 nodes) gives each placement's `step_sync`, for spreads that are measured, interpolated and outside the
+    measured hull, in the order asked; and `Application.iteration_times` each `iteration_time`."""
+    monkeypatch.setenv("ELASTISCHED_CACHE_DIR", "off")
+    models = PerfModels.load()
+    shared = asked = 0
+    for name in sorted(models.apps):
+        app = models.app(name)
+        m = app.model("t4")
+        # several GPU counts in one call: spreads of different counts over as many nodes ask different queries
+        shapes = [tuple(g // k + (i < g % k) for i in range(k)) for g in (1, 3, 8, 17, 40, 96) for k in range(1, g + 1)]
+        for b in (float(m.min_local_bsz), float(m.max_local_bsz) + 7.5, float(m.max_local_bsz) * 3):
+            got = list(m.step_syncs(iter(shapes), b))
+            want = [m._step_sync(s, b) for s in shapes]
+            assert [(x.hex(), y.hex()) for x, y in got] == [(x.hex(), y.hex()) for x, y in want], (name, b)
+            shared += sum(len(s) > 16 for s in shapes)
+            asked += len(shapes)
+        cfg = app.batch_config(8, app.init_batch_size * 2)
+        assert list(app.iteration_times("t4", shapes, cfg)) == [app.iteration_time("t4", s, cfg) for s in shapes]
+    assert shared > 500 and asked > 1000
+
+
+def test_one_node_model_step_syncs_are_its_own() -> None:
+    """The live service's one-node model (its own `_step_sync`) answers `step_syncs` with that, not the base's."""
+    from elastisched.service.profiles import OneNodeModel
+
+    m = PerfModels.load().app("cifar10").model("t4")
+    one = OneNodeModel.__new__(OneNodeModel)
+    one.step_sync = lambda placement, local_bsz: (float(sum(placement)), local_bsz)  # type: ignore[method-assign]
+    assert list(one.step_syncs([(2, 2), (1,) * 20], 32.0)) == [(4.0, 32.0), (20.0, 32.0)]
+    assert list(m.step_syncs([(2, 2)], 32.0)) == [m.step_sync((2, 2), 32.0)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -118,6 +119,14 @@ class Application:
         """Seconds per optimizer step: one synchronised step plus `accumulation` local passes."""
         step, sync = self.model(gpu_type).step_sync(tuple(placement), float(cfg.micro_batch))
         return step + (step - sync) * cfg.accumulation
+
+    def iteration_times(self, gpu_type: str, placements: Iterable[tuple[int, ...]], cfg: BatchConfig
+                        ) -> Iterator[float]:
+        """`iteration_time` of each placement in turn (`ThroughputModel.step_syncs`: the same numbers, the
+        queries that many placements share put once)."""
+        a = cfg.accumulation
+        for step, sync in self.model(gpu_type).step_syncs(placements, float(cfg.micro_batch)):
+            yield step + (step - sync) * a
 
     def data_parallel_rates(self, gpu_type: str, shape: tuple[int, ...], cfg: BatchConfig) -> tuple[float, np.ndarray]:
         """(samples/s, progress/s per epoch) of data-parallel training on `shape` GPUs of `gpu_type` (memoised;

@@ -25,6 +25,7 @@ import json
 import math
 import os
 from bisect import bisect_right
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -322,17 +323,46 @@ class ThroughputModel:
 
     def _step_sync(self, placement: tuple[int, ...], local_bsz: float) -> tuple[float, float]:
         p, key = _placement_key(placement)
+        measured = self._measured(p, key, local_bsz)
+        if measured is not None:
+            return measured
+        reps = sum(p)
+        out = self._interpolated(min(len(p), self._max_nodes), reps, local_bsz)
+        return out if out is not None else self.params.step_sync(len(p), reps, local_bsz)
+
+    def step_syncs(self, placements: Iterable[tuple[int, ...]], local_bsz: float) -> Iterator[tuple[float, float]]:
+        """`step_sync` of each placement in turn, by the same arithmetic; an interpolation query is put once:
+        the JCT decomposition (`sim/decompose.py`) prices every balanced spread of a GPU count, and every
+        spread over more than `max_nodes_interp` nodes that no measured placement answers asks the same."""
+        asked: dict[tuple[int, int], tuple[float, float] | None] = {}
+        for placement in placements:
+            p, key = _placement_key(placement)
+            measured = self._measured(p, key, local_bsz)
+            if measured is not None:
+                yield measured
+                continue
+            q = (min(len(p), self._max_nodes), sum(p))
+            if q not in asked:
+                asked[q] = self._interpolated(q[0], q[1], local_bsz)
+            out = asked[q]
+            yield out if out is not None else self.params.step_sync(len(p), q[1], local_bsz)
+
+    def _measured(self, p: tuple[int, ...], key: str | None, local_bsz: float) -> tuple[float, float] | None:
+        """A measured placement's times interpolated in the local batch; None when it was not measured there."""
         if not p:
             raise ValueError("empty placement")
         if key is not None and key in self._by_placement:
             bs, step, sync = self._by_placement[key]
             if bs[0] <= local_bsz <= bs[-1]:
                 return interp1(local_bsz, bs, step), interp1(local_bsz, bs, sync)
-        nodes, reps = min(len(p), self._max_nodes), sum(p)
+        return None
+
+    def _interpolated(self, nodes: int, reps: int, local_bsz: float) -> tuple[float, float] | None:
+        """The times interpolated over (nodes, replicas, local batch); None outside the measured hull."""
         out = self._interp.values([nodes, reps, local_bsz])
         if out is not None and math.isfinite(out[0]) and math.isfinite(out[1]):
             return out[0], out[1]
-        return self.params.step_sync(len(p), reps, local_bsz)
+        return None
 
 
 def interp1(x: float, xp: list[float], fp: list[float]) -> float:

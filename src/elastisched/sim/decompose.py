@@ -130,8 +130,8 @@ def _by_count(app: Application, gpu_type: str, cap: int, batches: tuple[int, ...
 def _count_rate(app: Application, gpu_type: str, g: int, batch: int, per_node: int, nodes: int) -> np.ndarray | None:
     cfg = app.batch_config(g, int(batch))
     least = math.inf
-    for k in range(-(-g // per_node), min(g, nodes) + 1):  # the balanced shapes of g GPUs, as `_shapes`
-        t = app.iteration_time(gpu_type, _balanced(g, k), cfg)
+    shapes = (_balanced(g, k) for k in range(-(-g // per_node), min(g, nodes) + 1))  # g's, as `_shapes`
+    for t in app.iteration_times(gpu_type, shapes, cfg):
         if not 0.0 < t < math.inf:
             return None
         least = min(least, t)
