@@ -94,8 +94,8 @@ def _drive(step: Callable[..., None], fun: Objective, x0: Sequence[float], lo: n
     n, m = len(lo), CORRECTIONS
     low, high, kind = _bound_codes(lo, hi)
     x = np.array(np.clip(np.asarray(x0, dtype=np.float64), lo, hi), dtype=np.float64)
-    at = x.copy()  # the point last evaluated, and its value and gradient
-    value, grad = fun(x.copy(), *args)
+    at = x.tolist()  # the point last evaluated (as floats: compared as `array_equal` compares, NaN unequal to
+    value, grad = fun(x.copy(), *args)  # itself), its value and gradient
     evaluations, iterations = 1, 0
     f: Any = np.array(0.0)
     g = np.zeros(n)
@@ -103,16 +103,15 @@ def _drive(step: Callable[..., None], fun: Objective, x0: Sequence[float], lo: n
     task, ln_task = np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32)
     lsave, isave, dsave = np.zeros(4, dtype=np.int32), np.zeros(44, dtype=np.int32), np.zeros(29)
     factr = ftol / np.finfo(float).eps
-    while True:
-        g = g.astype(np.float64)
+    while True:  # (`g`: what `step` is handed, a float64 copy of the last gradient, as `minimize` hands it)
         step(m, x, low, high, kind, f, g, factr, gtol, work, iwork, task, lsave, isave, dsave, LINE_SEARCH_STEPS,
              ln_task)
         if task[0] == _ASK_FG:
-            if not np.array_equal(x, at):
-                at = x.copy()
+            if x.tolist() != at:
+                at = x.tolist()
                 value, grad = fun(x.copy(), *args)
                 evaluations += 1
-            f, g = value, grad
+            f, g = value, np.array(grad, dtype=np.float64)
         elif task[0] == _NEW_ITERATION:
             iterations += 1
             if iterations >= MAX_STEPS:
