@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,11 +85,12 @@ def test_step_syncs_equal_step_sync_one_by_one(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_one_node_model_step_syncs_are_its_own() -> None:
-    """The live service's one-node model (its own `_step_sync`) answers `step_syncs` with that, not the base's."""
-    from elastisched.service.profiles import OneNodeModel
+    """The live service's one-node model (its own `_step_sync`: replicas counted whatever the node split)
+    answers `step_syncs` with that, spreads over more than 16 nodes too, not with the base's shared queries."""
+    from elastisched.service.profiles import OneNodeModel, load_models
 
-    m = PerfModels.load().app("cifar10").model("t4")
-    one = OneNodeModel.__new__(OneNodeModel)
-    one.step_sync = lambda placement, local_bsz: (float(sum(placement)), local_bsz)  # type: ignore[method-assign]
-    assert list(one.step_syncs([(2, 2), (1,) * 20], 32.0)) == [(4.0, 32.0), (20.0, 32.0)]
-    assert list(m.step_syncs([(2, 2)], 32.0)) == [m.step_sync((2, 2), 32.0)]
+    m = load_models(Path(__file__).parents[1] / "service" / "data" / "profiles").app("linreg").model("cpu")
+    assert isinstance(m, OneNodeModel)
+    shapes = [tuple(g // k + (i < g % k) for i in range(k)) for g in (1, 2, 4, 20, 40) for k in range(1, g + 1)]
+    for b in (8.0, 64.0, 700.0):
+        assert list(m.step_syncs(shapes, b)) == [m._step_sync(s, b) for s in shapes], b

@@ -103,12 +103,13 @@ def _drive(step: Callable[..., None], fun: Objective, x0: Sequence[float], lo: n
     task, ln_task = np.zeros(2, dtype=np.int32), np.zeros(2, dtype=np.int32)
     lsave, isave, dsave = np.zeros(4, dtype=np.int32), np.zeros(44, dtype=np.int32), np.zeros(29)
     factr = ftol / np.finfo(float).eps
-    while True:  # (`g`: what `step` is handed, a float64 copy of the last gradient, as `minimize` hands it)
+    while True:  # (`g`: what `step` is handed, a float64 copy of the last gradient, never the objective's own)
         step(m, x, low, high, kind, f, g, factr, gtol, work, iwork, task, lsave, isave, dsave, LINE_SEARCH_STEPS,
              ln_task)
         if task[0] == _ASK_FG:
-            if x.tolist() != at:
-                at = x.tolist()
+            point = x.tolist()
+            if point != at:
+                at = point
                 value, grad = fun(x.copy(), *args)
                 evaluations += 1
             f, g = value, np.array(grad, dtype=np.float64)

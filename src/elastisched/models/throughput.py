@@ -333,7 +333,11 @@ class ThroughputModel:
     def step_syncs(self, placements: Iterable[tuple[int, ...]], local_bsz: float) -> Iterator[tuple[float, float]]:
         """`step_sync` of each placement in turn, by the same arithmetic; an interpolation query is put once:
         the JCT decomposition (`sim/decompose.py`) prices every balanced spread of a GPU count, and every
-        spread over more than `max_nodes_interp` nodes that no measured placement answers asks the same."""
+        spread over more than `max_nodes_interp` nodes that no measured placement answers asks the same. A model
+        with a `_step_sync` of its own (the live service's `OneNodeModel`) answers each placement with that."""
+        if type(self)._step_sync is not ThroughputModel._step_sync:
+            yield from (self.step_sync(p, local_bsz) for p in placements)
+            return
         asked: dict[tuple[int, int], tuple[float, float] | None] = {}
         for placement in placements:
             p, key = _placement_key(placement)

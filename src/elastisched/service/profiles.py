@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -126,10 +125,6 @@ class OneNodeModel(ThroughputModel):
                 w = 0.0 if hi == lo else (n - lo) / (hi - lo)
                 return float(a[0] + w * (b[0] - a[0])), float(a[1] + w * (b[1] - a[1]))
         return self.params.step_sync(1, n, local_bsz)
-
-    def step_syncs(self, placements: Iterable[tuple[int, ...]], local_bsz: float) -> Iterator[tuple[float, float]]:
-        """`step_sync` of each placement (this model asks no shared interpolation query)."""
-        return (self.step_sync(tuple(p), local_bsz) for p in placements)
 
     def _at(self, reps: float, local_bsz: float) -> tuple[float, float] | None:
         m = self._pts2[:, 0] == reps
