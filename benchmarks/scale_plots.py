@@ -3,7 +3,7 @@
 One PNG per figure, for every section the JSON holds (schemas in scale.py's docstring):
 - replay:    `replay_cpu.png` (simulation CPU against jobs, per policy, log-log, with the linear slope through
              the smallest size and the 60 s target) and `replay_rss.png` (peak RSS against jobs, 2 GiB target),
-             dashed with the compiled core where measured (the latest `replay_compiled*` key);
+             the latest from source (`replay`, `replay_source*`), dashed the latest compiled (`replay_compiled*`);
 - decisions: `decisions.png` (p99 decision CPU against GPUs, per policy, active jobs growing with GPUs, the
              1 s target; a point decided under a time budget is drawn hollow);
 - philly:    `philly.png` (CPU seconds per policy and cluster on the full Philly trace, the 10 min target, and
@@ -111,9 +111,11 @@ def philly(section: dict[str, Any], out: Path) -> list[Path]:
     return [_save(fig, out / "philly.png")]
 
 
-def latest_compiled(data: dict[str, Any]) -> dict[str, Any] | None:
-    """The most recently measured replay with the compiled core (`replay_compiled*` keys), None if none."""
-    keys = [k for k in data if k.startswith("replay_compiled")]
+def latest_replay(data: dict[str, Any], compiled: bool) -> dict[str, Any] | None:
+    """The most recently measured replay with the compiled core (`replay_compiled*` keys) or from source
+    (`replay`, `replay_source*`), None if none."""
+    keys = [k for k in data if k.startswith("replay_compiled")] if compiled else \
+        [k for k in data if k == "replay" or k.startswith("replay_source")]
     return max((data[k] for k in keys), key=lambda sec: str(sec.get("measured_at", "")), default=None)
 
 
@@ -123,7 +125,8 @@ def _options(run: dict[str, Any]) -> str:
 
 
 PLOTS: dict[str, Callable[[dict[str, Any], Path], list[Path]]] = {  # section -> its plots, from the whole JSON
-    "replay": lambda data, out: replay(data["replay"], out, latest_compiled(data)),
+    "replay": lambda data, out: replay(latest_replay(data, compiled=False) or data["replay"], out,
+                                       latest_replay(data, compiled=True)),
     "decisions": lambda data, out: decisions(data["decisions"], out),
     "philly": lambda data, out: philly(data["philly"], out)}
 

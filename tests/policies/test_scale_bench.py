@@ -119,13 +119,17 @@ def test_the_figures_draw_from_the_committed_json_including_unfinished_runs(tmp_
     assert min(drawn.values()) > 10_000
 
 
-def test_the_replay_figure_draws_the_newest_compiled_measurement() -> None:
-    """Each re-measurement with the compiled core is kept under its own `replay_compiled*` key; the figure
-    draws the one measured last, whatever its key's name."""
+def test_the_replay_figure_draws_the_newest_measurement_of_each_kind() -> None:
+    """Each re-measurement is kept under its own key (`replay_compiled*` with the compiled core, `replay` or
+    `replay_source*` from source); the figure draws, of each kind, the one measured last."""
     plots = _module("scale_plots")
     data = {"replay": {"measured_at": "2026-12-03T09:00"},
             "replay_compiled": {"measured_at": "2026-12-03T17:02"},
             "replay_compiled_2026_12_07": {"measured_at": "2026-12-07T05:31"},
-            "replay_compiled_later": {"measured_at": "2026-12-03T18:06"}}
-    assert plots.latest_compiled(data) is data["replay_compiled_2026_12_07"]
-    assert plots.latest_compiled({"replay": {}}) is None
+            "replay_compiled_later": {"measured_at": "2026-12-03T18:06"},
+            "replay_source_2026_12_07": {"measured_at": "2026-12-07T05:44"}}
+    assert plots.latest_replay(data, compiled=True) is data["replay_compiled_2026_12_07"]
+    assert plots.latest_replay(data, compiled=False) is data["replay_source_2026_12_07"]
+    del data["replay_source_2026_12_07"]
+    assert plots.latest_replay(data, compiled=False) is data["replay"]
+    assert plots.latest_replay({"replay": {}}, compiled=True) is None
