@@ -12,7 +12,10 @@ Per run: `cpu_s` / `wall_s` of `simulate()` alone (the headline), `load_cpu_s` (
 `compiled_modules` (how many modules the compiled core served, `elastisched.native`; 0 = all from source),
 `peak_rss_mib` (the whole process: workload, simulation and results), `policy_s` (wall seconds inside the
 policy's `schedule`, summed over rounds: the part the simulator cannot make cheaper), rounds, events, mean JCT
-and queueing delay.
+and queueing delay, and `interpolations_asked`: how many throughput interpolations the run had to ask of scipy
+(0: the on-disk cache answered all; more: a cold start, inside `cpu_s`, ~0.4 s of importing scipy alone).
+A run saves what it asked (`interp_cache.save_all`; a pool's worker ends without `atexit`), so on a fresh
+machine the first run of a case is cold and the ones after it warm.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def _one(case: tuple[str, int, int, str, str | None]) -> dict[str, Any]:
     policy, jobs, seed, cluster, profiles = case
     from elastisched import native
     from elastisched.models import PerfModels
+    from elastisched.models.interp_cache import save_all
     from elastisched.policies.base import make_policy
     from elastisched.sim import SimConfig, Simulator, young_gc_only
     from elastisched.sim.runner import load_cluster, profiled_types
@@ -58,6 +62,7 @@ def _one(case: tuple[str, int, int, str, str | None]) -> dict[str, Any]:
         sim = Simulator(wl, make_policy(policy), nodes, models, SimConfig(seed=seed))
         r = sim.run()
     cpu, wall = time.process_time() - c1, time.perf_counter() - w1
+    asked_scipy = save_all()  # a pool's worker is terminated without atexit: save them for the next run
     s = r.summary
     return {"policy": policy, "jobs": jobs, "seed": seed, "cluster": cluster, "gpus": s["cluster"]["gpus"],
             "gpu_types": s["cluster"]["types"], "cpu_s": cpu, "wall_s": wall, "load_cpu_s": load_cpu,
@@ -65,7 +70,7 @@ def _one(case: tuple[str, int, int, str, str | None]) -> dict[str, Any]:
             "policy_s": float(sum(sim.latencies)), "rounds": s["rounds"],
             "events": s["events"], "finished": s["n_finished"], "avg_jct": s["avg_jct"],
             "avg_queue": s["avg_queue"], "decision_ms_p99": s["decision_ms_p99"],
-            "compiled_modules": len(native.loaded())}
+            "compiled_modules": len(native.loaded()), "interpolations_asked": asked_scipy}
 
 
 def _case(case: tuple[str, int, int, str, str | None], repeat: int) -> dict[str, Any]:
@@ -84,6 +89,7 @@ def _case(case: tuple[str, int, int, str, str | None], repeat: int) -> dict[str,
     best["wall_samples"] = [r["wall_s"] for r in runs]
     best["rss_samples"] = [r["peak_rss_mib"] for r in runs]
     best["yardstick_samples"] = [r["yardstick_s"] for r in runs]
+    best["interpolations_asked_samples"] = [r["interpolations_asked"] for r in runs]
     return best
 
 

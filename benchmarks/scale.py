@@ -28,8 +28,9 @@ Schemas (besides each section's provenance: measured_at, commit, blas_threads, c
 - `replay`: {workload, cluster, profiles, seed, repeat, runs: [{policy, jobs, seed, cluster, gpus, gpu_types,
   cpu_s, wall_s (simulate() alone: the headline), load_cpu_s (generating the workload), peak_rss_mib (the whole
   process), policy_s (inside policy.schedule, all rounds), rounds, events, finished, avg_jct, avg_queue,
-  decision_ms_p99, compiled_modules (0: every module from source), yardstick_s, cpu_samples, wall_samples,
-  rss_samples, yardstick_samples}], growth: {policy:
+  decision_ms_p99, compiled_modules (0: every module from source), interpolations_asked (0: a warm cache),
+  yardstick_s, cpu_samples, wall_samples, rss_samples, yardstick_samples, interpolations_asked_samples}],
+  growth: {policy:
   {slope (of log CPU on log jobs; 1 = linear), cpu_us_per_job: {jobs: µs}}}, targets: {jobs, cpu_s,
   peak_rss_mib}, met: {policy: bool}, load_average}; `replay_compiled`: the same, measured with the compiled
   core (`make native`, then `--sections replay --key-suffix _compiled`; `replay_compiled_later` and

@@ -97,3 +97,33 @@ def test_model_values_unchanged_without_disk_cache(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ELASTISCHED_CACHE_DIR", "off")
     interp_cache._MEMO.clear()
     assert a == [ThroughputModel(tp).step_sync(p, x) for p, x in qs]
+
+
+_IN_A_POOL = """
+import multiprocessing as mp
+from elastisched.models.interp_cache import save_all
+
+def ask(save):
+    from elastisched.models.registry import PerfModels
+    m = PerfModels.load()
+    [m.app(a).model('t4').step_sync((2, 3), 40.0) for a in m.apps]
+    return save_all() if save else -1
+
+with mp.get_context('fork').Pool(1) as pool:  # leaving `with` terminates the worker: no atexit
+    print(pool.apply(ask, (SAVE,)))
+"""
+
+
+@pytest.mark.parametrize("save", [True, False])
+def test_a_pool_worker_keeps_its_answers_only_through_save_all(tmp_path: Path, save: bool) -> None:
+    """A `multiprocessing.Pool` worker is terminated without running atexit: what it asked scipy reaches the
+    disk cache only through `save_all`, and then the next process starts warm (no scipy)."""
+    env = {"ELASTISCHED_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-c", _IN_A_POOL.replace("SAVE", str(save))], env=env, check=True,
+                         capture_output=True, text=True)
+    assert int(run.stdout.strip()) > 0 if save else int(run.stdout.strip()) == -1
+    code = ("import sys; from elastisched.models.registry import PerfModels; m = PerfModels.load();"
+            "[m.app(a).model('t4').step_sync((2, 3), 40.0) for a in m.apps];"
+            "print('scipy' in sys.modules)")
+    after = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
+    assert after.stdout.strip() == ("False" if save else "True")

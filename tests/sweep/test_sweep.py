@@ -69,3 +69,19 @@ def test_ray_sweep_on_a_two_node_cluster_equals_serial() -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def test_a_cell_in_a_terminated_worker_leaves_its_interpolations_on_disk(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cell's worker may end without atexit (a terminated pool, a killed Ray worker): `run_cell` saves the
+    interpolation answers the simulation asked of scipy before it returns, so later cells start warm."""
+    import multiprocessing as mp
+
+    from elastisched.sim.sweep import run_cell
+
+    monkeypatch.setenv("ELASTISCHED_CACHE_DIR", str(tmp_path))
+    cell = make_cells(["pollux:workload-3"], ["fifo"], [0], ["16x4:t4"])[0]  # a workload that interpolates
+    with mp.get_context("spawn").Pool(1) as pool:  # leaving `with` terminates the worker
+        assert pool.apply(run_cell, (cell,)).ok
+    saved = list((tmp_path / "interpolations").glob("*.npz"))
+    assert saved and all(p.stat().st_size > 0 for p in saved)

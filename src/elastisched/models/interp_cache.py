@@ -5,7 +5,8 @@ while a simulation asks the same few shapes over and over. The interpolant is a 
 profile's points and values, so every answer scipy gives is kept, keyed by the digest of both, in the
 on-disk cache (`throughput.cache_dir`): a query seen before in any earlier run is answered from the cache
 without importing scipy; a new one is asked of scipy itself (built once per process), so the values are the
-ones scipy gives, by construction. A point set qhull cannot triangulate (e.g. flat) is remembered too.
+ones scipy gives, by construction. A point set qhull cannot triangulate (e.g. flat) is remembered too. New
+answers are saved at exit, or earlier by `save_all` (a sweep's cell, a benchmark's worker).
 """
 
 from __future__ import annotations
@@ -80,6 +81,19 @@ def interpolator(points: np.ndarray, values: np.ndarray, cache: Path | None) -> 
         path = cache / "interpolations" / f"{digest}.npz" if cache is not None else None
         _MEMO[digest] = CachedInterpolator(points, values, path)
     return _MEMO[digest]
+
+
+def save_all() -> int:
+    """Save every interpolator's new answers now, not at exit; how many there were. For processes that end
+    without running `atexit` (a `multiprocessing.Pool` worker is terminated, a Ray worker killed): the next
+    process then starts warm."""
+    saved = 0
+    for interp in _MEMO.values():
+        if interp.fresh and interp._path is not None:
+            saved += sum(1 for k in interp.fresh if k)
+            _save(interp, interp._path)
+            interp.fresh = []
+    return saved
 
 
 def _read(path: Path) -> tuple[bool, dict[tuple[float, ...], tuple[float, ...]]]:
