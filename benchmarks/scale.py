@@ -33,8 +33,9 @@ Schemas (besides each section's provenance: measured_at, commit, blas_threads, c
   growth: {policy:
   {slope (of log CPU on log jobs; 1 = linear), cpu_us_per_job: {jobs: µs}}}, targets: {jobs, cpu_s,
   peak_rss_mib}, met: {policy: bool}, load_average}; `replay_compiled`: the same, measured with the compiled
-  core (`make native`, then `--sections replay --key-suffix _compiled`; `replay_compiled_later` and
-  `replay_compiled_2026_12_07`: measured again; the figures draw the newest);
+  core (`make native`, then `--sections replay --key-suffix _compiled`); `replay_compiled_*` and
+  `replay_source_*` (e.g. `_compiled_warm_2026_12_07`): measured again, each under its own suffix; the figures
+  draw the newest of each kind;
 - `decisions`: {points: [{policy, gpus, jobs, p50_s, p99_s, cpu_p99_s, budget_s (None: no time budget)}], …};
 - `philly`: {runs: [{policy, cluster, jobs, cpu_s, wall_s, peak_rss_mib, avg_jct}], …}.
 """
