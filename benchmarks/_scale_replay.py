@@ -62,7 +62,7 @@ def _one(case: tuple[str, int, int, str, str | None]) -> dict[str, Any]:
         sim = Simulator(wl, make_policy(policy), nodes, models, SimConfig(seed=seed))
         r = sim.run()
     cpu, wall = time.process_time() - c1, time.perf_counter() - w1
-    asked_scipy = save_all()  # a pool's worker is terminated without atexit: save them for the next run
+    asked_scipy = save_all()  # as `simulate` does when it ends (a pool's worker is terminated without atexit)
     s = r.summary
     return {"policy": policy, "jobs": jobs, "seed": seed, "cluster": cluster, "gpus": s["cluster"]["gpus"],
             "gpu_types": s["cluster"]["types"], "cpu_s": cpu, "wall_s": wall, "load_cpu_s": load_cpu,

@@ -73,8 +73,8 @@ def test_ray_sweep_on_a_two_node_cluster_equals_serial() -> None:
 
 def test_a_cell_in_a_terminated_worker_leaves_its_interpolations_on_disk(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cell's worker may end without atexit (a terminated pool, a killed Ray worker): `run_cell` saves the
-    interpolation answers the simulation asked of scipy before it returns, so later cells start warm."""
+    """A cell's worker may end without atexit (a terminated pool, a Ray worker): the cell's simulation
+    (`sim.simulate`) saves the interpolation answers it asked of scipy when it ends, so later cells start warm."""
     import multiprocessing as mp
 
     from elastisched.sim.sweep import run_cell

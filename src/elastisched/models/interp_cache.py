@@ -6,7 +6,7 @@ profile's points and values, so every answer scipy gives is kept, keyed by the d
 on-disk cache (`throughput.cache_dir`): a query seen before in any earlier run is answered from the cache
 without importing scipy; a new one is asked of scipy itself (built once per process), so the values are the
 ones scipy gives, by construction. A point set qhull cannot triangulate (e.g. flat) is remembered too. New
-answers are saved at exit, or earlier by `save_all` (a sweep's cell, a benchmark's worker).
+answers are saved at exit, or earlier by `save_all` (at the end of every `sim.simulate`).
 """
 
 from __future__ import annotations

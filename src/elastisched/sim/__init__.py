@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 from elastisched.core.types import NodeView
 from elastisched.loaning.timeline import LoanPlan
+from elastisched.models.interp_cache import save_all
 from elastisched.models.registry import PerfModels
 from elastisched.policies.base import Policy
 from elastisched.sim.metrics import SimResult
@@ -21,9 +22,13 @@ __all__ = ["LoanPlan", "SimConfig", "SimResult", "Simulator", "simulate", "young
 
 def simulate(workload: Workload, policy: Policy, nodes: Sequence[NodeView], models: PerfModels,
              config: SimConfig | None = None) -> SimResult:
-    """Run one simulation to completion and return its results."""
-    with young_gc_only():
-        return Simulator(workload, policy, nodes, models, config).run()
+    """Run one simulation to completion and return its results. What it asked scipy's interpolators is saved
+    when it ends, not only at exit: a pool's or Ray's worker may end without running `atexit`."""
+    try:
+        with young_gc_only():
+            return Simulator(workload, policy, nodes, models, config).run()
+    finally:
+        save_all()
 
 
 @contextmanager

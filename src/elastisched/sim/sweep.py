@@ -112,10 +112,6 @@ def run_cell(cell: Cell) -> CellResult:
         return CellResult(cell, sm)
     except Exception as e:  # a failed cell is reported, not fatal
         return CellResult(cell, None, f"{type(e).__name__}: {e}")
-    finally:  # a pool or Ray worker may end without running atexit: keep what it learnt for the next cells
-        from elastisched.models.interp_cache import save_all
-
-        save_all()
 
 
 Progress = Callable[[int, int], None]  # (cells done, cells total)
